@@ -1,0 +1,801 @@
+//! The caching allocator: PyTorch's `CUDACachingAllocator` rules over any [`RawMemory`].
+//!
+//! It knows nothing of CUDA. Segments are reserved from the backend and carved into blocks; freed
+//! blocks stay cached in one of two pools (small: requests up to 1 MiB; large: the rest), keyed by
+//! stream and size, and are reused best-fit. Reserved memory goes back to the device only through
+//! [`CachingAllocator::empty_cache`] or when a reservation fails (release the cache, retry once).
+
+use crate::backend::{DevicePtr, RawMemory, ReserveError};
+use crate::config::AllocatorConfig;
+use crate::error::{Error, Result};
+use crate::history::{BlockInfo, BlockState, History, SegmentInfo, Snapshot, TraceAction};
+use crate::stats::{DeviceStats, MemoryStats, Pool};
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard};
+
+/// Every block size is a multiple of this (torch's `kMinBlockSize`).
+pub const MIN_BLOCK_SIZE: usize = 512;
+/// Requests up to this size use the small pool (`kSmallSize`).
+pub const SMALL_SIZE: usize = 1 << 20;
+/// Segment size of the small pool (`kSmallBuffer`).
+pub const SMALL_BUFFER: usize = 2 << 20;
+/// Segment size for requests between 1 and 10 MiB (`kLargeBuffer`).
+pub const LARGE_BUFFER: usize = 20 << 20;
+/// Requests from this size get a segment of their own, rounded to 2 MiB (`kMinLargeAlloc`).
+pub const MIN_LARGE_ALLOC: usize = 10 << 20;
+/// Rounding of large segments (`kRoundLarge`).
+pub const ROUND_LARGE: usize = 2 << 20;
+
+/// A stream as the allocator sees it: blocks are cached per stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize)]
+pub struct StreamId(pub u64);
+
+/// Work that may still use a freed block (an event recorded on a stream that used it).
+pub trait PendingUse: Send {
+    /// Whether the work has finished.
+    fn is_done(&self) -> bool;
+    /// Waits for the work to finish.
+    fn wait(&self);
+}
+
+/// A live block handed out by [`CachingAllocator::malloc`]; give it back with `free`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// Start address.
+    pub ptr: DevicePtr,
+    /// The block's size: the request rounded up, or more when a cached block was not split.
+    pub size: usize,
+    /// The size that was asked for.
+    pub requested: usize,
+    id: BlockId,
+}
+
+type BlockId = usize;
+
+#[derive(Debug)]
+struct Block {
+    ptr: DevicePtr,
+    size: usize,
+    requested: usize,
+    stream: StreamId,
+    pool: Pool,
+    allocated: bool,
+    /// Events this freed block still waits on before it can be reused.
+    pending: usize,
+    prev: Option<BlockId>,
+    next: Option<BlockId>,
+    /// How many searches this cached block has sat through (garbage collection ages blocks).
+    gc_count: u64,
+}
+
+impl Block {
+    fn is_split(&self) -> bool {
+        self.prev.is_some() || self.next.is_some()
+    }
+}
+
+/// Position of a cached block in its pool: ordered by stream, then size, then address (best fit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct PoolKey {
+    stream: StreamId,
+    size: usize,
+    ptr: DevicePtr,
+    id: BlockId,
+}
+
+struct State {
+    blocks: Vec<Option<Block>>,
+    free_slots: Vec<BlockId>,
+    small: BTreeSet<PoolKey>,
+    large: BTreeSet<PoolKey>,
+    /// Freed blocks waiting for streams to finish with them.
+    pending_frees: Vec<(BlockId, Vec<Box<dyn PendingUse>>)>,
+    stats: DeviceStats,
+    /// Bytes reserved from the backend (torch's `total_allocated_memory`).
+    reserved: usize,
+    /// Cap from `set_memory_fraction`.
+    limit: Option<usize>,
+    config: AllocatorConfig,
+    history: History,
+}
+
+/// The caching allocator of one device.
+pub struct CachingAllocator<B> {
+    backend: B,
+    device: String,
+    state: Mutex<State>,
+}
+
+/// Which pool a request of `size` bytes belongs to.
+pub fn pool_for(size: usize) -> Pool {
+    if size <= SMALL_SIZE {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// Rounds a request to the block size torch would give it (`round_size`).
+pub fn round_size(size: usize, config: &AllocatorConfig) -> usize {
+    if size < MIN_BLOCK_SIZE {
+        return MIN_BLOCK_SIZE;
+    }
+    let divisions = config.roundup_power2_divisions;
+    if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
+        roundup_power2_next_division(size, divisions)
+    } else {
+        size.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+    }
+}
+
+fn roundup_power2_next_division(size: usize, divisions: usize) -> usize {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1usize << (usize::BITS - 1 - size.leading_zeros());
+    let step = floor >> divisions.trailing_zeros();
+    if step == 0 {
+        return floor << 1;
+    }
+    let rounded = size & !(step - 1);
+    if rounded == size {
+        size
+    } else {
+        rounded + step
+    }
+}
+
+/// The segment size reserved for a request of (rounded) `size` bytes (`get_allocation_size`).
+pub fn segment_size_for(size: usize) -> usize {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+impl<B: RawMemory> CachingAllocator<B> {
+    /// An allocator over `backend`, named `device` in messages and summaries.
+    pub fn new(backend: B, device: impl Into<String>, config: AllocatorConfig) -> Self {
+        CachingAllocator {
+            backend,
+            device: device.into(),
+            state: Mutex::new(State {
+                blocks: Vec::new(),
+                free_slots: Vec::new(),
+                small: BTreeSet::new(),
+                large: BTreeSet::new(),
+                pending_frees: Vec::new(),
+                stats: DeviceStats::default(),
+                reserved: 0,
+                limit: None,
+                config,
+                history: History::default(),
+            }),
+        }
+    }
+
+    /// The raw backend underneath.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while the lock was held cannot leave the block lists half-edited in a way that
+        // matters more than losing the device, so keep going with the data as it is.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Allocates at least `size` bytes for use on `stream`. `size` 0 is an error-free empty block.
+    pub fn malloc(&self, size: usize, stream: StreamId) -> Result<Allocation> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if size == 0 {
+            return Ok(Allocation {
+                ptr: 0,
+                size: 0,
+                requested: 0,
+                id: usize::MAX,
+            });
+        }
+        st.process_pending_frees();
+        let rounded = round_size(size, &st.config);
+        let pool = pool_for(rounded);
+        let segment_size = segment_size_for(rounded);
+
+        let mut found = st.get_free_block(pool, stream, rounded);
+        if found.is_none() {
+            if st.config.garbage_collection_threshold > 0.0 && st.limit.is_some() {
+                self.garbage_collect(st);
+            }
+            found = self.reserve_segment(st, pool, stream, segment_size, false)?;
+            if found.is_none() && self.release_available_cached_blocks(st, pool, stream, rounded) {
+                found = self.reserve_segment(st, pool, stream, segment_size, false)?;
+            }
+            if found.is_none() {
+                self.release_cached_blocks(st);
+                found = self.reserve_segment(st, pool, stream, segment_size, true)?;
+            }
+        }
+        let Some(id) = found else {
+            st.stats.num_ooms += 1;
+            st.history
+                .record(TraceAction::Oom, 0, segment_size, stream, &st.stats);
+            let (free, total) = self.backend.mem_get_info().unwrap_or((0, 0));
+            let allocated = st.stats.allocated_bytes.all.current;
+            return Err(Error::OutOfMemory {
+                device: self.device.clone(),
+                requested: rounded as u64,
+                total: total as u64,
+                free: free as u64,
+                allocated,
+                reserved_unallocated: st.reserved as u64 - allocated,
+                limit: st.limit.map(|l| l as u64),
+            });
+        };
+        Ok(st.alloc_found_block(id, size, rounded))
+    }
+
+    /// Returns a block to the cache. With pending uses on other streams the block stays active
+    /// (not reusable) until they are done; its bytes stop counting as allocated at once.
+    pub fn free(&self, allocation: Allocation, pending: Vec<Box<dyn PendingUse>>) {
+        if allocation.size == 0 {
+            return;
+        }
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let id = allocation.id;
+        let (size, requested, pool, stream, ptr) = {
+            let b = st.block_mut(id);
+            assert!(
+                b.allocated && b.ptr == allocation.ptr,
+                "gpumem: freeing a block that is not live"
+            );
+            b.allocated = false;
+            (b.size, b.requested, b.pool, b.stream, b.ptr)
+        };
+        let stats = &mut st.stats;
+        stats.allocation.decrease(pool, 1);
+        stats.allocated_bytes.decrease(pool, size as u64);
+        stats.requested_bytes.decrease(pool, requested as u64);
+        if size >= st.config.max_split_size {
+            st.stats.oversize_allocations.decrease(1);
+        }
+        st.history
+            .record(TraceAction::Free, ptr, size, stream, &st.stats);
+        let pending: Vec<_> = pending.into_iter().filter(|p| !p.is_done()).collect();
+        if pending.is_empty() {
+            st.free_block(id);
+        } else {
+            st.block_mut(id).pending = pending.len();
+            st.pending_frees.push((id, pending));
+        }
+    }
+
+    /// Releases every cached segment that holds no live block; nothing else.
+    pub fn empty_cache(&self) {
+        let mut st = self.lock();
+        self.release_cached_blocks(&mut st);
+    }
+
+    /// `torch.cuda.memory_stats()`.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.lock().stats.to_memory_stats()
+    }
+
+    /// The raw counters (faster than `memory_stats` for a single number).
+    pub fn device_stats(&self) -> DeviceStats {
+        self.lock().stats.clone()
+    }
+
+    /// Sets every peak to its current value.
+    pub fn reset_peak_stats(&self) {
+        self.lock().stats.reset_peak();
+    }
+
+    /// Zeroes the running totals and event counters.
+    pub fn reset_accumulated_stats(&self) {
+        self.lock().stats.reset_accumulated();
+    }
+
+    /// Caps this process's reservations at `fraction` of the device's total memory.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::BadSetting {
+                setting: format!("memory fraction {fraction}"),
+                reason: "must be between 0 and 1".into(),
+            });
+        }
+        let (_, total) = self.backend.mem_get_info()?;
+        self.lock().limit = Some((total as f64 * fraction) as usize);
+        Ok(())
+    }
+
+    /// Removes the cap set by `set_memory_fraction`.
+    pub fn clear_memory_fraction(&self) {
+        self.lock().limit = None;
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> AllocatorConfig {
+        self.lock().config.clone()
+    }
+
+    /// Replaces the configuration (as torch's `_set_allocator_settings`); cached blocks stay.
+    pub fn set_config(&self, config: AllocatorConfig) {
+        self.lock().config = config;
+    }
+
+    /// Starts (`true`) or stops recording a trace of allocator events for `snapshot`.
+    pub fn record_history(&self, enabled: bool) {
+        self.lock().history.set_enabled(enabled);
+    }
+
+    /// The segments and blocks now, and the recorded trace.
+    pub fn snapshot(&self) -> Snapshot {
+        let st = self.lock();
+        let mut segments = Vec::new();
+        for (id, block) in st.blocks.iter().enumerate() {
+            let Some(block) = block else { continue };
+            if block.prev.is_some() {
+                continue;
+            }
+            let mut blocks = Vec::new();
+            let mut cursor = Some(id);
+            while let Some(c) = cursor {
+                let b = st.block(c);
+                blocks.push(BlockInfo {
+                    address: b.ptr,
+                    size: b.size as u64,
+                    requested_size: if b.allocated { b.requested as u64 } else { 0 },
+                    state: if b.allocated {
+                        BlockState::ActiveAllocated
+                    } else if b.pending > 0 {
+                        BlockState::ActivePendingFree
+                    } else {
+                        BlockState::Inactive
+                    },
+                });
+                cursor = b.next;
+            }
+            segments.push(SegmentInfo::new(
+                block.ptr,
+                block.stream,
+                block.pool,
+                blocks,
+            ));
+        }
+        segments.sort_by_key(|s| s.address);
+        Snapshot {
+            device: self.device.clone(),
+            segments,
+            trace: st.history.entries(),
+        }
+    }
+
+    /// The `memory_summary` table.
+    pub fn memory_summary(&self) -> String {
+        self.memory_stats().summary(&self.device)
+    }
+
+    /// Bytes now in live blocks (`memory_allocated`), without building the whole stats map.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.lock().stats.allocated_bytes.all.current
+    }
+
+    /// Bytes now reserved from the device (`memory_reserved`).
+    pub fn reserved_bytes(&self) -> u64 {
+        self.lock().stats.reserved_bytes.all.current
+    }
+
+    /// Reserves a new segment and registers it as one free block. `Ok(None)`: not enough memory.
+    fn reserve_segment(
+        &self,
+        st: &mut State,
+        pool: Pool,
+        stream: StreamId,
+        size: usize,
+        is_retry: bool,
+    ) -> Result<Option<BlockId>> {
+        if is_retry {
+            st.stats.num_alloc_retries += 1;
+        }
+        if st.limit.is_some_and(|limit| st.reserved + size > limit) {
+            return Ok(None);
+        }
+        let ptr = match self.backend.reserve(size) {
+            Ok(ptr) => ptr,
+            Err(ReserveError::OutOfMemory) => return Ok(None),
+            Err(ReserveError::Other(e)) => return Err(e),
+        };
+        st.reserved += size;
+        st.stats.segment.increase(pool, 1);
+        st.stats.reserved_bytes.increase(pool, size as u64);
+        if size >= st.config.max_split_size {
+            st.stats.oversize_segments.increase(1);
+        }
+        st.stats.num_device_alloc += 1;
+        let id = st.insert_block(Block {
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            pool,
+            allocated: false,
+            pending: 0,
+            prev: None,
+            next: None,
+            gc_count: 0,
+        });
+        st.history
+            .record(TraceAction::SegmentAlloc, ptr, size, stream, &st.stats);
+        Ok(Some(id))
+    }
+
+    /// Returns one unsplit cached segment to the backend.
+    fn release_block(&self, st: &mut State, id: BlockId) {
+        let block = st.remove_block(id);
+        debug_assert!(!block.is_split() && !block.allocated);
+        st.pool_mut(block.pool).remove(&PoolKey {
+            stream: block.stream,
+            size: block.size,
+            ptr: block.ptr,
+            id,
+        });
+        // SAFETY: the block is a whole segment from `reserve(block.size)` and nobody holds it.
+        unsafe { self.backend.release(block.ptr, block.size) };
+        st.reserved -= block.size;
+        st.stats.segment.decrease(block.pool, 1);
+        st.stats
+            .reserved_bytes
+            .decrease(block.pool, block.size as u64);
+        if block.size >= st.config.max_split_size {
+            st.stats.oversize_segments.decrease(1);
+        }
+        st.stats.num_device_free += 1;
+        st.history.record(
+            TraceAction::SegmentFree,
+            block.ptr,
+            block.size,
+            block.stream,
+            &st.stats,
+        );
+    }
+
+    /// Waits for pending frees, then releases every cached whole segment of both pools.
+    fn release_cached_blocks(&self, st: &mut State) {
+        st.stats.num_sync_all_streams += 1;
+        for (id, pending) in std::mem::take(&mut st.pending_frees) {
+            pending.iter().for_each(|p| p.wait());
+            st.block_mut(id).pending = 0;
+            st.free_block(id);
+        }
+        let whole: Vec<BlockId> = st
+            .small
+            .iter()
+            .chain(st.large.iter())
+            .filter(|k| !st.block(k.id).is_split())
+            .map(|k| k.id)
+            .collect();
+        for id in whole {
+            self.release_block(st, id);
+        }
+    }
+
+    /// With `max_split_size` set: frees oversize cached blocks on `stream` until a request of
+    /// `size` could fit (torch's `release_available_cached_blocks`).
+    fn release_available_cached_blocks(
+        &self,
+        st: &mut State,
+        pool: Pool,
+        stream: StreamId,
+        size: usize,
+    ) -> bool {
+        let max_split = st.config.max_split_size;
+        if max_split == usize::MAX {
+            return false;
+        }
+        let target = size.max(max_split);
+        let candidates: Vec<PoolKey> = st
+            .pool(pool)
+            .iter()
+            .filter(|k| k.stream == stream && k.size >= max_split)
+            .filter(|k| !st.block(k.id).is_split())
+            .copied()
+            .collect();
+        if let Some(single) = candidates.iter().find(|k| k.size >= target) {
+            self.release_block(st, single.id);
+            return true;
+        }
+        let mut released = 0;
+        for key in candidates.iter().rev() {
+            if released >= target {
+                break;
+            }
+            self.release_block(st, key.id);
+            released += key.size;
+        }
+        released >= target
+    }
+
+    /// Frees the oldest cached large blocks once reserved memory passes the threshold.
+    fn garbage_collect(&self, st: &mut State) {
+        let Some(limit) = st.limit else { return };
+        let threshold = (st.config.garbage_collection_threshold * limit as f64) as usize;
+        if st.reserved <= threshold {
+            return;
+        }
+        let target = st.reserved - threshold;
+        let mut reclaimed = 0;
+        loop {
+            let freeable: Vec<(BlockId, u64)> = st
+                .large
+                .iter()
+                .filter(|k| !st.block(k.id).is_split())
+                .map(|k| (k.id, st.block(k.id).gc_count))
+                .collect();
+            if freeable.is_empty() || reclaimed >= target {
+                return;
+            }
+            let age_threshold =
+                freeable.iter().map(|(_, age)| *age as f64).sum::<f64>() / freeable.len() as f64;
+            for (id, age) in freeable {
+                if age as f64 >= age_threshold {
+                    reclaimed += st.block(id).size;
+                    self.release_block(st, id);
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    fn block(&self, id: BlockId) -> &Block {
+        self.blocks[id].as_ref().expect("gpumem: dangling block id")
+    }
+
+    fn block_mut(&mut self, id: BlockId) -> &mut Block {
+        self.blocks[id].as_mut().expect("gpumem: dangling block id")
+    }
+
+    fn insert_block(&mut self, block: Block) -> BlockId {
+        match self.free_slots.pop() {
+            Some(id) => {
+                self.blocks[id] = Some(block);
+                id
+            }
+            None => {
+                self.blocks.push(Some(block));
+                self.blocks.len() - 1
+            }
+        }
+    }
+
+    fn remove_block(&mut self, id: BlockId) -> Block {
+        self.free_slots.push(id);
+        self.blocks[id].take().expect("gpumem: dangling block id")
+    }
+
+    fn pool(&self, pool: Pool) -> &BTreeSet<PoolKey> {
+        match pool {
+            Pool::Small => &self.small,
+            Pool::Large => &self.large,
+        }
+    }
+
+    fn pool_mut(&mut self, pool: Pool) -> &mut BTreeSet<PoolKey> {
+        match pool {
+            Pool::Small => &mut self.small,
+            Pool::Large => &mut self.large,
+        }
+    }
+
+    fn key(&self, id: BlockId) -> PoolKey {
+        let b = self.block(id);
+        PoolKey {
+            stream: b.stream,
+            size: b.size,
+            ptr: b.ptr,
+            id,
+        }
+    }
+
+    /// Best fit on the same stream, with torch's oversize rules.
+    fn get_free_block(&mut self, pool: Pool, stream: StreamId, size: usize) -> Option<BlockId> {
+        let max_split = self.config.max_split_size;
+        if self.config.garbage_collection_threshold > 0.0 {
+            let ids: Vec<BlockId> = self.pool(pool).iter().map(|k| k.id).collect();
+            for id in ids {
+                self.block_mut(id).gc_count += 1;
+            }
+        }
+        let start = PoolKey {
+            stream,
+            size,
+            ptr: 0,
+            id: 0,
+        };
+        let key = *self.pool(pool).range(start..).next()?;
+        if key.stream != stream {
+            return None;
+        }
+        // Never hand out an oversize block for a small request, and an oversize request may waste
+        // at most one large-buffer's worth.
+        if size < max_split && key.size >= max_split {
+            return None;
+        }
+        if size >= max_split && key.size >= size + LARGE_BUFFER {
+            return None;
+        }
+        self.pool_mut(pool).remove(&key);
+        self.block_mut(key.id).gc_count = 0;
+        Some(key.id)
+    }
+
+    fn should_split(&self, id: BlockId, size: usize) -> bool {
+        let b = self.block(id);
+        let remaining = b.size - size;
+        match b.pool {
+            Pool::Small => remaining >= MIN_BLOCK_SIZE,
+            Pool::Large => size < self.config.max_split_size && remaining > SMALL_SIZE,
+        }
+    }
+
+    /// Marks a free block (taken out of its pool) live, splitting off the rest when torch would.
+    fn alloc_found_block(&mut self, mut id: BlockId, requested: usize, size: usize) -> Allocation {
+        let pool = self.block(id).pool;
+        let already_split = self.block(id).is_split();
+        if self.should_split(id, size) {
+            let remaining = id;
+            let (ptr, stream, prev) = {
+                let r = self.block(remaining);
+                (r.ptr, r.stream, r.prev)
+            };
+            id = self.insert_block(Block {
+                ptr,
+                size,
+                requested: 0,
+                stream,
+                pool,
+                allocated: false,
+                pending: 0,
+                prev,
+                next: Some(remaining),
+                gc_count: 0,
+            });
+            if let Some(p) = prev {
+                self.block_mut(p).next = Some(id);
+            }
+            {
+                let r = self.block_mut(remaining);
+                r.prev = Some(id);
+                r.ptr += size as u64;
+                r.size -= size;
+            }
+            let key = self.key(remaining);
+            self.pool_mut(pool).insert(key);
+            let remaining_size = self.block(remaining).size as u64;
+            if already_split {
+                // An inactive split block shrinks by `size`.
+                self.stats.inactive_split_bytes.decrease(pool, size as u64);
+            } else {
+                // A new inactive split block appears.
+                self.stats
+                    .inactive_split_bytes
+                    .increase(pool, remaining_size);
+                self.stats.inactive_split.increase(pool, 1);
+            }
+        } else if already_split {
+            let block_size = self.block(id).size as u64;
+            self.stats.inactive_split_bytes.decrease(pool, block_size);
+            self.stats.inactive_split.decrease(pool, 1);
+        }
+        let (ptr, block_size, stream) = {
+            let b = self.block_mut(id);
+            b.allocated = true;
+            b.requested = requested;
+            (b.ptr, b.size, b.stream)
+        };
+        let s = &mut self.stats;
+        s.allocation.increase(pool, 1);
+        s.allocated_bytes.increase(pool, block_size as u64);
+        s.active.increase(pool, 1);
+        s.active_bytes.increase(pool, block_size as u64);
+        s.requested_bytes.increase(pool, requested as u64);
+        if block_size >= self.config.max_split_size {
+            s.oversize_allocations.increase(1);
+        }
+        self.history
+            .record(TraceAction::Alloc, ptr, block_size, stream, &self.stats);
+        Allocation {
+            ptr,
+            size: block_size,
+            requested,
+            id,
+        }
+    }
+
+    /// Puts a no-longer-active block back in its pool, merged with free neighbours.
+    fn free_block(&mut self, id: BlockId) {
+        let (original_size, pool) = {
+            let b = self.block(id);
+            (b.size as u64, b.pool)
+        };
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        for neighbour in [self.block(id).prev, self.block(id).next] {
+            let subsumed = self.try_merge(id, neighbour);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_bytes -= subsumed as i64;
+            }
+        }
+        let key = self.key(id);
+        self.pool_mut(pool).insert(key);
+        if self.block(id).is_split() {
+            net_blocks += 1;
+            net_bytes += self.block(id).size as i64;
+        }
+        apply_net(&mut self.stats.inactive_split, pool, net_blocks);
+        apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
+        self.stats.active.decrease(pool, 1);
+        self.stats.active_bytes.decrease(pool, original_size);
+    }
+
+    /// Merges free neighbour `src` into `dst`; returns the bytes taken over (0: no merge).
+    fn try_merge(&mut self, dst: BlockId, src: Option<BlockId>) -> usize {
+        let Some(src) = src else { return 0 };
+        {
+            let s = self.block(src);
+            if s.allocated || s.pending > 0 {
+                return 0;
+            }
+        }
+        let src_key = self.key(src);
+        let pool = self.block(src).pool;
+        self.pool_mut(pool).remove(&src_key);
+        let s = self.remove_block(src);
+        if self.block(dst).prev == Some(src) {
+            let d = self.block_mut(dst);
+            d.ptr = s.ptr;
+            d.prev = s.prev;
+            if let Some(p) = s.prev {
+                self.block_mut(p).next = Some(dst);
+            }
+        } else {
+            self.block_mut(dst).next = s.next;
+            if let Some(n) = s.next {
+                self.block_mut(n).prev = Some(dst);
+            }
+        }
+        self.block_mut(dst).size += s.size;
+        s.size
+    }
+
+    /// Frees blocks whose pending stream uses have all finished.
+    fn process_pending_frees(&mut self) {
+        if self.pending_frees.is_empty() {
+            return;
+        }
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_frees)
+            .into_iter()
+            .partition(|(_, pending)| pending.iter().all(|p| p.is_done()));
+        self.pending_frees = waiting;
+        for (id, _) in done {
+            self.block_mut(id).pending = 0;
+            self.free_block(id);
+        }
+    }
+}
+
+fn apply_net(array: &mut crate::stats::StatArray, pool: Pool, net: i64) {
+    if net > 0 {
+        array.increase(pool, net as u64);
+    } else if net < 0 {
+        array.decrease(pool, net.unsigned_abs());
+    }
+}

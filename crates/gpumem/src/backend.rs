@@ -1,0 +1,150 @@
+//! The raw layer: what a device must offer the runtime. No caching, no statistics, no policy.
+//!
+//! Two implementations: [`crate::backend_cpu`] over host memory and [`crate::backend_cuda`] over the
+//! CUDA driver. The caching allocator only sees [`RawMemory`]; buffers, streams and transfers use the
+//! rest of [`DeviceBackend`].
+
+use crate::error::Result;
+use std::time::Instant;
+
+/// An address in a device's memory space (a `CUdeviceptr` on cuda, a host address on cpu).
+pub type DevicePtr = u64;
+
+/// Why a reservation failed.
+#[derive(Debug)]
+pub enum ReserveError {
+    /// The device (or its capacity) has not enough free memory: the allocator may free cache and retry.
+    OutOfMemory,
+    /// Anything else: reported to the caller as it is.
+    Other(crate::Error),
+}
+
+/// Reserve and release whole segments of device memory. The caching allocator is generic over this.
+pub trait RawMemory: Send + Sync {
+    /// Reserves `size` bytes (never 0) and returns the segment's address.
+    fn reserve(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError>;
+    /// Returns a segment to the device.
+    ///
+    /// # Safety
+    /// `ptr` came from `reserve(size)` on this backend and no one uses it any more.
+    unsafe fn release(&self, ptr: DevicePtr, size: usize);
+    /// The device's own view: (free, total) bytes, as `cudaMemGetInfo` and nvidia-smi see them.
+    fn mem_get_info(&self) -> Result<(usize, usize)>;
+}
+
+/// A raw stream handle: the `CUstream` as an integer on cuda (0 = the legacy default stream), a
+/// counter on cpu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RawStream(pub u64);
+
+/// A raw event: marks a point in a stream's work.
+#[derive(Debug)]
+pub enum RawEvent {
+    /// A `CUevent` as an integer.
+    Cuda(u64),
+    /// On cpu every operation is synchronous: an event is complete when recorded.
+    Host(Instant),
+}
+
+/// Static facts about a device.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeviceProperties {
+    /// Marketing name (`NVIDIA H200`) or the host CPU's model name.
+    pub name: String,
+    /// Total memory in bytes (the cpu device: its capacity).
+    pub total_memory: u64,
+    /// Streaming multiprocessors (cpu: logical cores).
+    pub multi_processor_count: u32,
+    /// Compute capability `(major, minor)`; `(0, 0)` on cpu.
+    pub compute_capability: (u32, u32),
+}
+
+/// Host memory handed out for pinned buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct HostAllocation {
+    /// Start of the memory.
+    pub ptr: *mut u8,
+    /// Whether the memory is page-locked (the OS may refuse, e.g. under a low `ulimit -l`).
+    pub page_locked: bool,
+}
+
+// SAFETY: a HostAllocation is a plain address; whoever owns it decides who touches the memory.
+unsafe impl Send for HostAllocation {}
+// SAFETY: as above.
+unsafe impl Sync for HostAllocation {}
+
+/// Everything the safe layer needs from a device beyond reserving memory.
+///
+/// Copies take raw addresses; callers guarantee the ranges are valid for `n` bytes. With
+/// `asynchronous = false` a copy has finished when the call returns.
+pub trait DeviceBackend: RawMemory {
+    /// Static facts about the device.
+    fn properties(&self) -> Result<DeviceProperties>;
+    /// Creates a new stream.
+    fn create_stream(&self) -> Result<RawStream>;
+    /// Destroys a stream made by `create_stream`.
+    fn destroy_stream(&self, stream: RawStream);
+    /// Waits until all work on the device has finished.
+    fn synchronize(&self) -> Result<()>;
+    /// Waits until all work queued on `stream` has finished.
+    fn stream_synchronize(&self, stream: RawStream) -> Result<()>;
+    /// Fills `n` bytes at `dst` with zeros (ordered on `stream`, finished on return).
+    ///
+    /// # Safety
+    /// `dst..dst+n` is device memory owned by the caller.
+    unsafe fn memset_zero(&self, dst: DevicePtr, n: usize, stream: RawStream) -> Result<()>;
+    /// Copies `n` bytes from host `src` to device `dst`.
+    ///
+    /// # Safety
+    /// Both ranges are valid; with `asynchronous`, `src` stays valid and unchanged until the stream
+    /// reaches this copy (only pinned memory may be used asynchronously).
+    unsafe fn copy_htod(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        n: usize,
+        stream: RawStream,
+        asynchronous: bool,
+    ) -> Result<()>;
+    /// Copies `n` bytes from device `src` to host `dst`.
+    ///
+    /// # Safety
+    /// As for `copy_htod`, with `dst` the host side.
+    unsafe fn copy_dtoh(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        n: usize,
+        stream: RawStream,
+        asynchronous: bool,
+    ) -> Result<()>;
+    /// Copies `n` bytes within the device.
+    ///
+    /// # Safety
+    /// Both ranges are device memory valid for `n` bytes.
+    unsafe fn copy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        n: usize,
+        stream: RawStream,
+        asynchronous: bool,
+    ) -> Result<()>;
+    /// Records an event at the current end of `stream`'s work.
+    fn record_event(&self, stream: RawStream) -> Result<RawEvent>;
+    /// Whether all work before the event has finished.
+    fn event_query(&self, event: &RawEvent) -> Result<bool>;
+    /// Waits for the event.
+    fn event_synchronize(&self, event: &RawEvent) -> Result<()>;
+    /// Milliseconds between two recorded events.
+    fn event_elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32>;
+    /// Frees an event.
+    fn destroy_event(&self, event: RawEvent);
+    /// Allocates host memory for pinned buffers (`cuMemHostAlloc` on cuda).
+    fn host_alloc(&self, size: usize) -> Result<HostAllocation>;
+    /// Frees memory from `host_alloc`.
+    ///
+    /// # Safety
+    /// `alloc` came from `host_alloc(size)` on this backend and no one uses it any more.
+    unsafe fn host_free(&self, alloc: HostAllocation, size: usize);
+}

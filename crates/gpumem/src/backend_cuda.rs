@@ -1,0 +1,372 @@
+//! The raw layer over the CUDA driver: one device's memory, streams, copies, events and pinned host
+//! memory, straight through `cuMemAlloc`, `cuMemcpy*Async`, `cuEvent*` and friends.
+//!
+//! No caching here: every `reserve` is a `cuMemAlloc` and every `release` a `cuMemFree` (the caching
+//! allocator sits on top). Handles cross this layer as plain integers, and the device's primary
+//! context is bound to the calling thread before every driver call, so any thread may call in.
+
+use crate::backend::{
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
+    ReserveError,
+};
+use crate::cuda;
+use crate::error::{Error, Result};
+use cudarc::driver::{CudaContext, DriverError, result, sys};
+use std::sync::Arc;
+
+/// One CUDA device, reached through the driver API with its primary context.
+#[derive(Debug)]
+pub struct CudaBackend {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// Everything a backend holds is an ordinal and an `Arc` of a thread-safe context.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CudaBackend>();
+};
+
+impl CudaBackend {
+    /// Opens device `cuda:{ordinal}` (retains its primary context).
+    pub fn new(ordinal: usize) -> Result<CudaBackend> {
+        if !cuda::is_available() {
+            return Err(Error::CudaUnavailable {
+                reason: cuda::unavailable_reason()
+                    .unwrap_or_else(|| "the CUDA driver could not be used".to_string()),
+            });
+        }
+        let count = cuda::device_count();
+        if ordinal >= count {
+            return Err(Error::NoSuchDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::Driver {
+            op: "cuDevicePrimaryCtxRetain",
+            device: format!("cuda:{ordinal}"),
+            message: cuda::describe_driver_error(e),
+        })?;
+        Ok(CudaBackend { ordinal, ctx })
+    }
+
+    /// The device ordinal (`N` in `cuda:N`).
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The primary context, for libraries that need one (cuBLAS, NVRTC modules).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Turns a driver failure into the crate's error for this device.
+    fn driver_error(&self, op: &'static str, err: DriverError) -> Error {
+        Error::Driver {
+            op,
+            device: format!("cuda:{}", self.ordinal),
+            message: cuda::describe_driver_error(err),
+        }
+    }
+
+    /// Makes the primary context current on the calling thread.
+    fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.driver_error("cuCtxSetCurrent", e))
+    }
+
+    /// Runs `f` with the context bound, turning a failure into an error naming `op`.
+    fn call<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
+        self.bind()?;
+        f().map_err(|e| self.driver_error(op, e))
+    }
+
+    /// The error for a host-side event handed to the cuda backend.
+    fn host_event_error(&self, op: &'static str) -> Error {
+        Error::Driver {
+            op,
+            device: format!("cuda:{}", self.ordinal),
+            message: "a host (cpu) event was passed to the cuda backend; events belong to the device that recorded them"
+                .to_string(),
+        }
+    }
+
+    /// The `CUevent` inside a raw event, or an error for a host event.
+    fn cu_event(&self, event: &RawEvent, op: &'static str) -> Result<sys::CUevent> {
+        match event {
+            RawEvent::Cuda(handle) => Ok(*handle as usize as sys::CUevent),
+            RawEvent::Host(_) => Err(self.host_event_error(op)),
+        }
+    }
+
+    /// Waits for `stream` unless the caller asked for an asynchronous operation.
+    fn finish(&self, stream: sys::CUstream, asynchronous: bool) -> Result<()> {
+        if asynchronous {
+            return Ok(());
+        }
+        // SAFETY: `stream` is null or a live stream of this context (the caller's guarantee).
+        unsafe { result::stream::synchronize(stream) }
+            .map_err(|e| self.driver_error("cuStreamSynchronize", e))
+    }
+}
+
+/// The `CUstream` of a raw stream (`RawStream(0)` is the legacy default stream, null).
+fn cu_stream(stream: RawStream) -> sys::CUstream {
+    stream.0 as usize as sys::CUstream
+}
+
+impl RawMemory for CudaBackend {
+    fn reserve(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
+        self.bind().map_err(ReserveError::Other)?;
+        // SAFETY: plain cuMemAlloc; the memory is handed out uninitialised, as the trait allows.
+        match unsafe { result::malloc_sync(size) } {
+            Ok(ptr) => Ok(ptr as DevicePtr),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Err(ReserveError::OutOfMemory)
+            }
+            Err(e) => Err(ReserveError::Other(self.driver_error("cuMemAlloc", e))),
+        }
+    }
+
+    unsafe fn release(&self, ptr: DevicePtr, _size: usize) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: `ptr` came from `reserve` (cuMemAlloc) and is no longer used (the caller's
+        // guarantee). A failure here cannot be reported through this signature.
+        let _ = unsafe { result::free_sync(ptr as sys::CUdeviceptr) };
+    }
+
+    fn mem_get_info(&self) -> Result<(usize, usize)> {
+        self.call("cuMemGetInfo", result::mem_get_info)
+    }
+}
+
+impl DeviceBackend for CudaBackend {
+    fn properties(&self) -> Result<DeviceProperties> {
+        let dev = self.ctx.cu_device();
+        let attribute = |attrib: sys::CUdevice_attribute| -> Result<u32> {
+            // SAFETY: `dev` is the device the context was made for.
+            let value = unsafe { result::device::get_attribute(dev, attrib) }
+                .map_err(|e| self.driver_error("cuDeviceGetAttribute", e))?;
+            Ok(value.max(0) as u32)
+        };
+        let name = self.call("cuDeviceGetName", || result::device::get_name(dev))?;
+        // SAFETY: as above.
+        let total_memory = self.call("cuDeviceTotalMem", || unsafe {
+            result::device::total_mem(dev)
+        })?;
+        use sys::CUdevice_attribute::{
+            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as MAJOR,
+            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as MINOR,
+            CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS,
+        };
+        Ok(DeviceProperties {
+            name,
+            total_memory: total_memory as u64,
+            multi_processor_count: attribute(SMS)?,
+            compute_capability: (attribute(MAJOR)?, attribute(MINOR)?),
+        })
+    }
+
+    fn create_stream(&self) -> Result<RawStream> {
+        let stream = self.call("cuStreamCreate", || {
+            result::stream::create(result::stream::StreamKind::NonBlocking)
+        })?;
+        Ok(RawStream(stream as usize as u64))
+    }
+
+    fn destroy_stream(&self, stream: RawStream) {
+        if stream.0 == 0 || self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the stream came from `create_stream` (the trait's contract). Work still queued
+        // finishes first; the driver frees the stream afterwards. A failure cannot be reported.
+        let _ = unsafe { result::stream::destroy(cu_stream(stream)) };
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.call("cuCtxSynchronize", result::ctx::synchronize)
+    }
+
+    fn stream_synchronize(&self, stream: RawStream) -> Result<()> {
+        // SAFETY: null or a stream from `create_stream` that is still alive.
+        self.call("cuStreamSynchronize", || unsafe {
+            result::stream::synchronize(cu_stream(stream))
+        })
+    }
+
+    unsafe fn memset_zero(&self, dst: DevicePtr, n: usize, stream: RawStream) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let s = cu_stream(stream);
+        // SAFETY: `dst..dst+n` is device memory owned by the caller (the function's contract).
+        self.call("cuMemsetD8Async", || unsafe {
+            result::memset_d8_async(dst, 0, n, s)
+        })?;
+        self.finish(s, false)
+    }
+
+    unsafe fn copy_htod(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        n: usize,
+        stream: RawStream,
+        asynchronous: bool,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let s = cu_stream(stream);
+        // SAFETY: both ranges are valid for `n` bytes and `src` outlives an asynchronous copy
+        // (the function's contract).
+        self.call("cuMemcpyHtoDAsync", || unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n, s).result()
+        })?;
+        self.finish(s, asynchronous)
+    }
+
+    unsafe fn copy_dtoh(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        n: usize,
+        stream: RawStream,
+        asynchronous: bool,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let s = cu_stream(stream);
+        // SAFETY: as for `copy_htod`, with `dst` the host side.
+        self.call("cuMemcpyDtoHAsync", || unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, s).result()
+        })?;
+        self.finish(s, asynchronous)
+    }
+
+    unsafe fn copy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        n: usize,
+        stream: RawStream,
+        asynchronous: bool,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let s = cu_stream(stream);
+        // SAFETY: both ranges are device memory valid for `n` bytes (the function's contract).
+        self.call("cuMemcpyDtoDAsync", || unsafe {
+            result::memcpy_dtod_async(dst, src, n, s)
+        })?;
+        self.finish(s, asynchronous)
+    }
+
+    fn record_event(&self, stream: RawStream) -> Result<RawEvent> {
+        // Default flags: the event keeps timing, so `event_elapsed_ms` works.
+        let event = self.call("cuEventCreate", || {
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+        })?;
+        // SAFETY: `event` was just created; the stream is null or alive.
+        if let Err(e) = unsafe { result::event::record(event, cu_stream(stream)) } {
+            // SAFETY: the event is ours and was never handed out.
+            let _ = unsafe { result::event::destroy(event) };
+            return Err(self.driver_error("cuEventRecord", e));
+        }
+        Ok(RawEvent::Cuda(event as usize as u64))
+    }
+
+    fn event_query(&self, event: &RawEvent) -> Result<bool> {
+        let ev = self.cu_event(event, "cuEventQuery")?;
+        self.bind()?;
+        // SAFETY: the event came from `record_event` and has not been destroyed.
+        match unsafe { result::event::query(ev) } {
+            Ok(()) => Ok(true),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(e) => Err(self.driver_error("cuEventQuery", e)),
+        }
+    }
+
+    fn event_synchronize(&self, event: &RawEvent) -> Result<()> {
+        let ev = self.cu_event(event, "cuEventSynchronize")?;
+        // SAFETY: as above.
+        self.call("cuEventSynchronize", || unsafe {
+            result::event::synchronize(ev)
+        })
+    }
+
+    fn event_elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
+        let a = self.cu_event(start, "cuEventElapsedTime")?;
+        let b = self.cu_event(end, "cuEventElapsedTime")?;
+        // SAFETY: both events came from `record_event` (with timing) and are alive.
+        self.call("cuEventElapsedTime", || unsafe {
+            result::event::elapsed(a, b)
+        })
+    }
+
+    fn destroy_event(&self, event: RawEvent) {
+        let RawEvent::Cuda(handle) = event else {
+            return; // a host event owns nothing
+        };
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the event came from `record_event` and is destroyed once (it is moved in). An
+        // event still pending is released by the driver when it completes.
+        let _ = unsafe { result::event::destroy(handle as usize as sys::CUevent) };
+    }
+
+    fn host_alloc(&self, size: usize) -> Result<HostAllocation> {
+        self.bind()?;
+        // Flags 0: plain page-locked memory (not write-combined, which is slow to read from the
+        // host); with unified addressing it is usable from every context. A 0-byte request still
+        // gets a real allocation so that `host_free` always has something to free.
+        // SAFETY: plain cuMemHostAlloc; the memory is handed out uninitialised.
+        match unsafe { result::malloc_host(size.max(1), 0) } {
+            Ok(ptr) => Ok(HostAllocation {
+                ptr: ptr.cast(),
+                page_locked: true,
+            }),
+            Err(e) => Err(Error::HostAlloc {
+                size,
+                reason: format!("cuMemHostAlloc failed: {}", cuda::describe_driver_error(e)),
+            }),
+        }
+    }
+
+    unsafe fn host_free(&self, alloc: HostAllocation, _size: usize) {
+        if alloc.ptr.is_null() || self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the memory came from `host_alloc` (cuMemHostAlloc) and is no longer used (the
+        // caller's guarantee). A failure cannot be reported through this signature.
+        let _ = unsafe { result::free_host(alloc.ptr.cast()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_fails_cleanly_without_cuda() {
+        if cuda::is_available() {
+            return;
+        }
+        let err = CudaBackend::new(0).unwrap_err();
+        assert!(matches!(err, Error::CudaUnavailable { .. }), "{err}");
+        assert!(err.to_string().contains("CUDA"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_ordinal_is_no_such_device() {
+        if !cuda::is_available() {
+            return;
+        }
+        let err = CudaBackend::new(cuda::device_count()).unwrap_err();
+        assert!(matches!(err, Error::NoSuchDevice { .. }), "{err}");
+    }
+}

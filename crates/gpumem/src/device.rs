@@ -1,0 +1,310 @@
+//! `Device`: the handle learners hold, with torch.cuda's memory functions as methods.
+
+use crate::allocator::CachingAllocator;
+use crate::backend::{DeviceBackend, DeviceProperties, DevicePtr, RawMemory, ReserveError};
+use crate::backend_cpu::{CpuBackend, cpu_capacity, physical_memory};
+use crate::config::AllocatorConfig;
+use crate::error::{Error, Result};
+use crate::history::Snapshot;
+use crate::pinned::{HostAllocator, HostMemoryStats};
+use crate::stats::MemoryStats;
+use crate::transfer::{TransferCounters, TransferStats};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Which device: the host-memory stand-in or a CUDA GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    /// The `cpu` device: the same allocator over host memory.
+    Cpu,
+    /// `cuda:N`.
+    Cuda(usize),
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceKind::Cpu => write!(f, "cpu"),
+            DeviceKind::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// A shared backend is a backend: the allocator and the buffers use the same one.
+impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
+    fn reserve(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
+        (**self).reserve(size)
+    }
+    unsafe fn release(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { (**self).release(ptr, size) }
+    }
+    fn mem_get_info(&self) -> Result<(usize, usize)> {
+        (**self).mem_get_info()
+    }
+}
+
+pub(crate) struct DeviceInner {
+    pub(crate) kind: DeviceKind,
+    pub(crate) backend: Arc<dyn DeviceBackend>,
+    pub(crate) allocator: CachingAllocator<Arc<dyn DeviceBackend>>,
+    pub(crate) host: HostAllocator,
+    pub(crate) transfers: TransferCounters,
+    /// A malformed setting found when the device was opened, reported by every allocation.
+    setup_error: Option<(String, String)>,
+}
+
+/// A cheap, clonable handle to one device. Every handle to the same device shares one allocator.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.kind.fmt(f)
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Device({})", self.inner.kind)
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.kind == other.inner.kind
+    }
+}
+
+impl Eq for Device {}
+
+fn registry() -> &'static Mutex<HashMap<DeviceKind, Device>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<DeviceKind, Device>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+impl Device {
+    /// The `cpu` device (always there).
+    pub fn cpu() -> Device {
+        Device::open(DeviceKind::Cpu).expect("the cpu device always opens")
+    }
+
+    /// `cuda:ordinal`; an error when CUDA is unavailable or there is no such device.
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        Device::open(DeviceKind::Cuda(ordinal))
+    }
+
+    /// `cuda:0` when CUDA is available, else `cpu`.
+    pub fn best() -> Device {
+        if crate::cuda::is_available() {
+            if let Ok(dev) = Device::cuda(0) {
+                return dev;
+            }
+        }
+        Device::cpu()
+    }
+
+    /// The device named by `GPUMEM_DEVICE` (`auto`, `cpu`, `cuda`, `cuda:N`; unset means `auto`).
+    /// Asking for cuda where there is none is an error, never a silent fallback.
+    pub fn from_env() -> Result<Device> {
+        match std::env::var("GPUMEM_DEVICE") {
+            Ok(name) => Device::by_name(&name),
+            Err(_) => Ok(Device::best()),
+        }
+    }
+
+    /// The device for a name: `auto`, `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
+    pub fn by_name(name: &str) -> Result<Device> {
+        let trimmed = name.trim();
+        let bad = || Error::BadDeviceName {
+            value: name.to_string(),
+        };
+        match trimmed.to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Device::best()),
+            "cpu" => Ok(Device::cpu()),
+            "cuda" => Device::cuda(0),
+            other => {
+                let n = other.strip_prefix("cuda:").ok_or_else(bad)?;
+                Device::cuda(n.parse().map_err(|_| bad())?)
+            }
+        }
+    }
+
+    fn open(kind: DeviceKind) -> Result<Device> {
+        let mut devices = registry().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(dev) = devices.get(&kind) {
+            return Ok(dev.clone());
+        }
+        let mut setup_error = None;
+        let backend: Arc<dyn DeviceBackend> = match kind {
+            DeviceKind::Cpu => Arc::new(CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
+                setup_error = Some(setting_parts(e));
+                physical_memory()
+            }))),
+            DeviceKind::Cuda(n) => Arc::new(crate::backend_cuda::CudaBackend::new(n)?),
+        };
+        let config = AllocatorConfig::from_env().unwrap_or_else(|e| {
+            setup_error.get_or_insert(setting_parts(e));
+            AllocatorConfig::default()
+        });
+        let dev = Device {
+            inner: Arc::new(DeviceInner {
+                kind,
+                allocator: CachingAllocator::new(backend.clone(), kind.to_string(), config),
+                host: HostAllocator::default(),
+                backend,
+                transfers: TransferCounters::default(),
+                setup_error,
+            }),
+        };
+        devices.insert(kind, dev.clone());
+        Ok(dev)
+    }
+
+    /// Which device this is.
+    pub fn kind(&self) -> DeviceKind {
+        self.inner.kind
+    }
+
+    /// Whether this is a CUDA device.
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.inner.kind, DeviceKind::Cuda(_))
+    }
+
+    /// Name, memory, multiprocessors and compute capability (cpu: model name, capacity, cores).
+    pub fn properties(&self) -> Result<DeviceProperties> {
+        self.inner.backend.properties()
+    }
+
+    /// Fails with the setting's error if `GPUMEM_ALLOC_CONF` or `GPUMEM_CPU_CAPACITY` is malformed.
+    pub(crate) fn check_setup(&self) -> Result<()> {
+        match &self.inner.setup_error {
+            Some((setting, reason)) => Err(Error::BadSetting {
+                setting: setting.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The caching allocator of this device.
+    pub fn allocator(&self) -> &CachingAllocator<Arc<dyn DeviceBackend>> {
+        &self.inner.allocator
+    }
+
+    /// Bytes in live buffers (`torch.cuda.memory_allocated`).
+    pub fn memory_allocated(&self) -> u64 {
+        self.inner.allocator.allocated_bytes()
+    }
+
+    /// Peak of `memory_allocated` since the last reset (`torch.cuda.max_memory_allocated`).
+    pub fn max_memory_allocated(&self) -> u64 {
+        self.inner.allocator.device_stats().allocated_bytes.all.peak
+    }
+
+    /// Bytes reserved from the device by the allocator (`torch.cuda.memory_reserved`).
+    pub fn memory_reserved(&self) -> u64 {
+        self.inner.allocator.reserved_bytes()
+    }
+
+    /// Peak of `memory_reserved` since the last reset (`torch.cuda.max_memory_reserved`).
+    pub fn max_memory_reserved(&self) -> u64 {
+        self.inner.allocator.device_stats().reserved_bytes.all.peak
+    }
+
+    /// Sets every peak to the current value (`torch.cuda.reset_peak_memory_stats`).
+    pub fn reset_peak_memory_stats(&self) {
+        self.inner.allocator.reset_peak_stats();
+    }
+
+    /// Zeroes running totals and event counters (`torch.cuda.reset_accumulated_memory_stats`).
+    pub fn reset_accumulated_memory_stats(&self) {
+        self.inner.allocator.reset_accumulated_stats();
+    }
+
+    /// Releases every cached segment with no live block (`torch.cuda.empty_cache`).
+    pub fn empty_cache(&self) {
+        self.inner.allocator.empty_cache();
+    }
+
+    /// The driver's view: `(free, total)` bytes of the whole device (`torch.cuda.mem_get_info`).
+    pub fn mem_get_info(&self) -> Result<(u64, u64)> {
+        let (free, total) = self.inner.backend.mem_get_info()?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Every allocator counter under torch's keys (`torch.cuda.memory_stats`).
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.inner.allocator.memory_stats()
+    }
+
+    /// The allocator's state as torch's table (`torch.cuda.memory_summary`).
+    pub fn memory_summary(&self) -> String {
+        self.inner.allocator.memory_summary()
+    }
+
+    /// Starts or stops recording allocator events (`torch.cuda.memory._record_memory_history`).
+    pub fn record_memory_history(&self, enabled: bool) {
+        self.inner.allocator.record_history(enabled);
+    }
+
+    /// Segments, blocks and the recorded trace (`torch.cuda.memory._snapshot`).
+    pub fn snapshot(&self) -> Snapshot {
+        self.inner.allocator.snapshot()
+    }
+
+    /// Caps this process's reserved memory at `fraction` of the device's total memory.
+    pub fn set_per_process_memory_fraction(&self, fraction: f64) -> Result<()> {
+        self.inner.allocator.set_memory_fraction(fraction)
+    }
+
+    /// Removes the cap set by `set_per_process_memory_fraction`.
+    pub fn clear_per_process_memory_fraction(&self) {
+        self.inner.allocator.clear_memory_fraction();
+    }
+
+    /// Replaces the allocator's settings (what `GPUMEM_ALLOC_CONF` sets at start-up).
+    pub fn set_allocator_config(&self, config: AllocatorConfig) {
+        self.inner.allocator.set_config(config);
+    }
+
+    /// Waits for all work on the device (`torch.cuda.synchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.backend.synchronize()
+    }
+
+    /// Copies made on this device so far, by direction.
+    pub fn transfer_stats(&self) -> TransferStats {
+        self.inner.transfers.read()
+    }
+
+    /// Sets the copy counters back to zero.
+    pub fn reset_transfer_stats(&self) {
+        self.inner.transfers.reset();
+    }
+
+    /// The pinned host allocator's counters (`torch.cuda.host_memory_stats`).
+    pub fn host_memory_stats(&self) -> HostMemoryStats {
+        self.inner.host.stats()
+    }
+
+    /// Returns cached pinned host memory to the system (`torch._C._host_emptyCache`).
+    pub fn empty_host_cache(&self) {
+        self.inner.host.empty_cache(self.inner.backend.as_ref());
+    }
+
+    /// Zeroes the pinned host allocator's peaks and totals.
+    pub fn reset_host_memory_stats(&self) {
+        self.inner.host.reset_stats();
+    }
+}
+
+fn setting_parts(e: Error) -> (String, String) {
+    match e {
+        Error::BadSetting { setting, reason } => (setting, reason),
+        other => ("device settings".into(), other.to_string()),
+    }
+}

@@ -1,0 +1,174 @@
+//! `record_memory_history` and `snapshot`: what the allocator holds now and how it got there.
+
+use crate::allocator::StreamId;
+use crate::stats::{DeviceStats, Pool};
+use std::collections::VecDeque;
+
+/// How many trace entries are kept (the oldest go first), as torch's default `max_entries`.
+pub const MAX_TRACE_ENTRIES: usize = 100_000;
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceAction {
+    /// A block was handed out.
+    Alloc,
+    /// A block was given back to the cache.
+    Free,
+    /// A segment was reserved from the device.
+    SegmentAlloc,
+    /// A segment was returned to the device.
+    SegmentFree,
+    /// An allocation failed for lack of memory.
+    Oom,
+}
+
+/// One event, with the totals right after it (so a timeline can be drawn from the trace alone).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TraceEntry {
+    /// What happened.
+    pub action: TraceAction,
+    /// The block's or segment's address (0 for an OOM).
+    pub addr: u64,
+    /// Its size in bytes (for an OOM: the segment that could not be reserved).
+    pub size: u64,
+    /// The stream it belongs to.
+    pub stream: u64,
+    /// `allocated_bytes.all.current` after the event.
+    pub allocated: u64,
+    /// `reserved_bytes.all.current` after the event.
+    pub reserved: u64,
+}
+
+/// The trace recorder.
+#[derive(Debug, Default)]
+pub struct History {
+    enabled: bool,
+    entries: VecDeque<TraceEntry>,
+}
+
+impl History {
+    /// Turns recording on or off; turning it on starts a fresh trace.
+    pub fn set_enabled(&mut self, enabled: bool) {
+        if enabled && !self.enabled {
+            self.entries.clear();
+        }
+        self.enabled = enabled;
+    }
+
+    /// Adds an entry when recording.
+    pub fn record(
+        &mut self,
+        action: TraceAction,
+        addr: u64,
+        size: usize,
+        stream: StreamId,
+        stats: &DeviceStats,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        if self.entries.len() == MAX_TRACE_ENTRIES {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(TraceEntry {
+            action,
+            addr,
+            size: size as u64,
+            stream: stream.0,
+            allocated: stats.allocated_bytes.all.current,
+            reserved: stats.reserved_bytes.all.current,
+        });
+    }
+
+    /// The recorded entries, oldest first.
+    pub fn entries(&self) -> Vec<TraceEntry> {
+        self.entries.iter().cloned().collect()
+    }
+}
+
+/// The state of one block in a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    /// Live: handed out and not yet freed.
+    ActiveAllocated,
+    /// Freed, but another stream may still use it.
+    ActivePendingFree,
+    /// Cached and free.
+    Inactive,
+}
+
+/// One block of a segment.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BlockInfo {
+    /// Start address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes asked for (0 when free).
+    pub requested_size: u64,
+    /// Live, pending or free.
+    pub state: BlockState,
+}
+
+/// One reserved segment and its blocks, in address order.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SegmentInfo {
+    /// Start address.
+    pub address: u64,
+    /// Size in bytes.
+    pub total_size: u64,
+    /// The stream its blocks serve.
+    pub stream: u64,
+    /// `small` or `large`.
+    pub segment_type: String,
+    /// Bytes in live blocks.
+    pub allocated_size: u64,
+    /// Bytes in live or pending blocks.
+    pub active_size: u64,
+    /// The blocks, in address order.
+    pub blocks: Vec<BlockInfo>,
+}
+
+impl SegmentInfo {
+    /// A segment from its blocks (address order).
+    pub fn new(address: u64, stream: StreamId, pool: Pool, blocks: Vec<BlockInfo>) -> Self {
+        let sum = |f: fn(&BlockInfo) -> bool| blocks.iter().filter(|b| f(b)).map(|b| b.size).sum();
+        SegmentInfo {
+            address,
+            total_size: blocks.iter().map(|b| b.size).sum(),
+            stream: stream.0,
+            segment_type: match pool {
+                Pool::Small => "small".into(),
+                Pool::Large => "large".into(),
+            },
+            allocated_size: sum(|b| b.state == BlockState::ActiveAllocated),
+            active_size: sum(|b| b.state != BlockState::Inactive),
+            blocks,
+        }
+    }
+}
+
+/// `torch.cuda.memory._snapshot()`: segments now, and the trace since recording began.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// Every reserved segment, by address.
+    pub segments: Vec<SegmentInfo>,
+    /// Recorded events, oldest first (empty unless `record_memory_history(true)`).
+    pub trace: Vec<TraceEntry>,
+}
+
+impl Snapshot {
+    /// The snapshot as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a snapshot always serialises")
+    }
+
+    /// Reads a snapshot written by `to_json`.
+    pub fn from_json(text: &str) -> Result<Snapshot, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}

@@ -1,0 +1,40 @@
+//! `gpumem`: the GPU Memory Workbook's runtime — devices, a caching allocator that follows
+//! PyTorch's CUDA caching allocator, transfers, pinned memory and a few compute kernels.
+//!
+//! Layers (see the book's "How gpumem is built"):
+//! - raw: [`backend`] with [`backend_cpu`] and [`backend_cuda`] — reserve, release, copy;
+//! - policy: [`allocator`] — pools, blocks, splitting, stats; it knows nothing of CUDA;
+//! - safe surface: [`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`], stats.
+
+pub mod allocator;
+pub mod backend;
+pub mod backend_cpu;
+pub mod backend_cuda;
+pub mod buffer;
+pub mod config;
+pub mod cuda;
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod history;
+pub mod pinned;
+pub mod stats;
+pub mod stream;
+pub mod testing;
+pub mod transfer;
+
+pub use allocator::{Allocation, CachingAllocator, StreamId};
+pub use backend::DeviceProperties;
+pub use buffer::{Buffer, Element};
+pub use config::AllocatorConfig;
+pub use device::{Device, DeviceKind};
+pub use error::{Error, Result};
+pub use format::format_bytes;
+pub use history::{Snapshot, TraceAction, TraceEntry};
+pub use pinned::{HostMemoryStats, PinnedBuffer};
+pub use stats::{MemoryStats, Pool};
+pub use stream::{Event, Stream};
+pub use transfer::{CopyCount, TransferStats};
+
+/// Half-precision element types (`f16`, `bf16`), re-exported from the `half` crate.
+pub use half::{bf16, f16};

@@ -1,0 +1,285 @@
+//! Pinned (page-locked) host memory through a caching host allocator, as torch's
+//! `CachingHostAllocator`: sizes round up to a power of two and freed blocks are kept for reuse.
+
+use crate::allocator::PendingUse;
+use crate::backend::{DeviceBackend, HostAllocation};
+use crate::buffer::{Buffer, Element};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::stats::Stat;
+use crate::stream::{Event, Stream};
+use crate::transfer::Direction;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+
+/// The pinned host allocator's counters (`torch.cuda.host_memory_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostMemoryStats {
+    /// Live pinned blocks.
+    pub allocation: Stat,
+    /// Pinned blocks obtained from the system (live or cached).
+    pub segment: Stat,
+    /// Bytes in live pinned blocks.
+    pub allocated_bytes: Stat,
+    /// Bytes of pinned memory obtained from the system.
+    pub reserved_bytes: Stat,
+    /// Calls to the system's pinned allocation (`cuMemHostAlloc`).
+    pub num_host_alloc: u64,
+    /// Calls to the system's pinned free.
+    pub num_host_free: u64,
+}
+
+struct CachedHostBlock {
+    alloc: HostAllocation,
+    /// Copies that may still read or write the block.
+    pending: Vec<Event>,
+}
+
+#[derive(Default)]
+struct HostState {
+    free: BTreeMap<usize, Vec<CachedHostBlock>>,
+    stats: HostMemoryStats,
+}
+
+/// One device's caching allocator for pinned host memory.
+#[derive(Default)]
+pub(crate) struct HostAllocator {
+    state: Mutex<HostState>,
+}
+
+impl HostAllocator {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HostState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn malloc(&self, backend: &dyn DeviceBackend, size: usize) -> Result<HostAllocation> {
+        let mut st = self.lock();
+        let reused = st.free.get_mut(&size).and_then(|list| {
+            let i = list
+                .iter()
+                .position(|b| b.pending.iter().all(PendingUse::is_done))?;
+            Some(list.swap_remove(i).alloc)
+        });
+        let alloc = match reused {
+            Some(alloc) => alloc,
+            None => {
+                let alloc = backend.host_alloc(size)?;
+                st.stats.num_host_alloc += 1;
+                st.stats.segment.increase(1);
+                st.stats.reserved_bytes.increase(size as u64);
+                alloc
+            }
+        };
+        st.stats.allocation.increase(1);
+        st.stats.allocated_bytes.increase(size as u64);
+        Ok(alloc)
+    }
+
+    fn free(&self, alloc: HostAllocation, size: usize, pending: Vec<Event>) {
+        let mut st = self.lock();
+        st.stats.allocation.decrease(1);
+        st.stats.allocated_bytes.decrease(size as u64);
+        st.free
+            .entry(size)
+            .or_default()
+            .push(CachedHostBlock { alloc, pending });
+    }
+
+    pub(crate) fn stats(&self) -> HostMemoryStats {
+        self.lock().stats
+    }
+
+    pub(crate) fn reset_stats(&self) {
+        let mut st = self.lock();
+        let s = &mut st.stats;
+        for stat in [
+            &mut s.allocation,
+            &mut s.segment,
+            &mut s.allocated_bytes,
+            &mut s.reserved_bytes,
+        ] {
+            *stat = Stat {
+                current: stat.current,
+                peak: stat.current,
+                allocated: 0,
+                freed: 0,
+            };
+        }
+        s.num_host_alloc = 0;
+        s.num_host_free = 0;
+    }
+
+    pub(crate) fn empty_cache(&self, backend: &dyn DeviceBackend) {
+        let mut st = self.lock();
+        for (size, blocks) in std::mem::take(&mut st.free) {
+            for block in blocks {
+                block.pending.iter().for_each(PendingUse::wait);
+                // SAFETY: the block came from host_alloc(size) and no copy uses it any more.
+                unsafe { backend.host_free(block.alloc, size) };
+                st.stats.num_host_free += 1;
+                st.stats.segment.decrease(1);
+                st.stats.reserved_bytes.decrease(size as u64);
+            }
+        }
+    }
+}
+
+/// `len` elements of `T` in pinned host memory (`torch.empty(.., pin_memory=True)`).
+///
+/// Reading or writing it waits for any asynchronous copy still using it, so a copy can never see
+/// its data change underneath.
+pub struct PinnedBuffer<T: Element> {
+    device: Device,
+    alloc: HostAllocation,
+    /// The block's size: `size_of::<T>() × len` rounded up to a power of two.
+    block_size: usize,
+    len: usize,
+    pending: Vec<Event>,
+    _element: PhantomData<T>,
+}
+
+impl Device {
+    /// `len` zeros of `T` in pinned host memory, from this device's caching host allocator.
+    pub fn alloc_pinned<T: Element>(&self, len: usize) -> Result<PinnedBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::HostAlloc {
+                size: usize::MAX,
+                reason: format!("{len} elements overflow the address space"),
+            })?;
+        let block_size = bytes.max(1).next_power_of_two();
+        let alloc = self
+            .inner
+            .host
+            .malloc(self.inner.backend.as_ref(), block_size)?;
+        // SAFETY: the block holds block_size >= bytes bytes and is ours.
+        unsafe { std::ptr::write_bytes(alloc.ptr, 0, bytes) };
+        Ok(PinnedBuffer {
+            device: self.clone(),
+            alloc,
+            block_size,
+            len,
+            pending: Vec::new(),
+            _element: PhantomData,
+        })
+    }
+}
+
+impl<T: Element> PinnedBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the operating system really locked the pages (it may refuse on cpu, e.g. a low
+    /// `ulimit -l`; the buffer then works as ordinary pageable memory).
+    pub fn is_page_locked(&self) -> bool {
+        self.alloc.page_locked
+    }
+
+    /// Bytes of the cached host block behind it (a power of two).
+    pub fn block_bytes(&self) -> usize {
+        self.block_size
+    }
+
+    fn wait_for_copies(&mut self) {
+        for event in self.pending.drain(..) {
+            event.wait();
+        }
+    }
+
+    /// The data, after waiting for copies still using it.
+    pub fn as_slice(&mut self) -> &[T] {
+        self.wait_for_copies();
+        // SAFETY: the block holds len elements of T, initialised (zeroed at allocation).
+        unsafe { std::slice::from_raw_parts(self.alloc.ptr.cast(), self.len) }
+    }
+
+    /// The data for writing, after waiting for copies still using it.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        self.wait_for_copies();
+        // SAFETY: as above, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr.cast(), self.len) }
+    }
+
+    fn check(&self, op: &'static str, buf: &Buffer<T>, stream: &Stream) -> Result<()> {
+        if buf.len() != self.len {
+            return Err(Error::LengthMismatch {
+                expected: buf.len(),
+                actual: self.len,
+            });
+        }
+        for dev in [buf.device(), stream.device()] {
+            if *dev != self.device {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    expected: self.device.to_string(),
+                    actual: dev.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of this pinned data into `dst` on `stream` and returns at once (cuda); the
+    /// device buffer is marked as used by `stream`. On cpu the copy is done on return.
+    pub fn copy_to_device_async(&mut self, dst: &mut Buffer<T>, stream: &Stream) -> Result<()> {
+        self.check("copy_to_device_async", dst, stream)?;
+        let n = dst.size_bytes();
+        if n > 0 {
+            // SAFETY: both ranges hold n bytes; the pinned block stays alive and unchanged until
+            // the copy's event has passed (every access waits for `pending`).
+            unsafe {
+                self.device.inner.backend.copy_htod(
+                    dst.ptr(),
+                    self.alloc.ptr,
+                    n,
+                    stream.raw(),
+                    true,
+                )?
+            };
+            dst.record_stream(stream);
+            self.pending.push(stream.record_event()?);
+            self.device.count(Direction::HostToDevice, n, true);
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of `src` into this pinned memory on `stream` and returns at once (cuda).
+    pub fn copy_from_device_async(&mut self, src: &Buffer<T>, stream: &Stream) -> Result<()> {
+        self.check("copy_from_device_async", src, stream)?;
+        let n = src.size_bytes();
+        if n > 0 {
+            // SAFETY: as in copy_to_device_async.
+            unsafe {
+                self.device.inner.backend.copy_dtoh(
+                    self.alloc.ptr,
+                    src.ptr(),
+                    n,
+                    stream.raw(),
+                    true,
+                )?
+            };
+            src.record_stream(stream);
+            self.pending.push(stream.record_event()?);
+            self.device.count(Direction::DeviceToHost, n, true);
+        }
+        Ok(())
+    }
+}
+
+impl<T: Element> Drop for PinnedBuffer<T> {
+    fn drop(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        self.device
+            .inner
+            .host
+            .free(self.alloc, self.block_size, pending);
+    }
+}

@@ -1,0 +1,149 @@
+//! Streams and events, as in torch: queues of device work and markers in them.
+
+use crate::allocator::{PendingUse, StreamId};
+use crate::backend::{DeviceBackend, RawEvent, RawStream};
+use crate::device::Device;
+use crate::error::Result;
+use std::sync::Arc;
+
+struct StreamInner {
+    device: Device,
+    raw: RawStream,
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.raw != RawStream(0) {
+            let _ = self.device.synchronize_raw(self.raw);
+            self.device.inner.backend.destroy_stream(self.raw);
+        }
+    }
+}
+
+/// A queue of work on a device. On cpu all work is synchronous and a stream is only a name.
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream({}, {})", self.inner.device, self.inner.raw.0)
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.device == other.inner.device && self.inner.raw == other.inner.raw
+    }
+}
+
+impl Device {
+    /// A new stream on this device (`torch.cuda.Stream()`).
+    pub fn stream(&self) -> Result<Stream> {
+        let raw = self.inner.backend.create_stream()?;
+        Ok(Stream {
+            inner: Arc::new(StreamInner {
+                device: self.clone(),
+                raw,
+            }),
+        })
+    }
+
+    /// The default stream, where `alloc`, `from_slice` and `to_vec` run.
+    pub fn default_stream(&self) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner {
+                device: self.clone(),
+                raw: RawStream(0),
+            }),
+        }
+    }
+
+    fn synchronize_raw(&self, raw: RawStream) -> Result<()> {
+        self.inner.backend.stream_synchronize(raw)
+    }
+}
+
+impl Stream {
+    /// The device the stream belongs to.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// The allocator's name for this stream.
+    pub fn id(&self) -> StreamId {
+        StreamId(self.inner.raw.0)
+    }
+
+    pub(crate) fn raw(&self) -> RawStream {
+        self.inner.raw
+    }
+
+    /// Waits until all work queued on this stream has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.device.synchronize_raw(self.inner.raw)
+    }
+
+    /// Marks the current end of this stream's work.
+    pub fn record_event(&self) -> Result<Event> {
+        let raw = self
+            .inner
+            .device
+            .inner
+            .backend
+            .record_event(self.inner.raw)?;
+        Ok(Event {
+            backend: self.inner.device.inner.backend.clone(),
+            raw: Some(raw),
+        })
+    }
+}
+
+/// A marker in a stream's work: wait for it, ask whether it is reached, time between two.
+pub struct Event {
+    backend: Arc<dyn DeviceBackend>,
+    raw: Option<RawEvent>,
+}
+
+impl Event {
+    fn raw(&self) -> &RawEvent {
+        self.raw
+            .as_ref()
+            .expect("an event holds its raw event until dropped")
+    }
+
+    /// Whether all work before the event has finished.
+    pub fn query(&self) -> Result<bool> {
+        self.backend.event_query(self.raw())
+    }
+
+    /// Waits for the work before the event.
+    pub fn synchronize(&self) -> Result<()> {
+        self.backend.event_synchronize(self.raw())
+    }
+
+    /// Milliseconds from `self` to `end` (both must have completed).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        self.backend.event_elapsed_ms(self.raw(), end.raw())
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            self.backend.destroy_event(raw);
+        }
+    }
+}
+
+impl PendingUse for Event {
+    fn is_done(&self) -> bool {
+        // A failed query means the context is gone; nothing can still be using the memory.
+        self.query().unwrap_or(true)
+    }
+
+    fn wait(&self) {
+        let _ = self.synchronize();
+    }
+}
