@@ -1,0 +1,150 @@
+//! Property test: random alloc/free/empty_cache sequences against a simple model of what must hold.
+
+use gpumem::allocator::{Allocation, CachingAllocator, StreamId};
+use gpumem::backend::RawMemory;
+use gpumem::backend_cpu::CpuBackend;
+use gpumem::{AllocatorConfig, Error};
+use proptest::prelude::*;
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc { size: usize, stream: u64 },
+    Free { index: usize },
+    EmptyCache,
+    ResetPeak,
+}
+
+fn size() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        4 => 1..=4 * KIB,
+        3 => 4 * KIB..=MIB,
+        2 => MIB + 1..10 * MIB,
+        1 => 10 * MIB..=40 * MIB,
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (size(), 0..2u64).prop_map(|(size, stream)| Op::Alloc { size, stream }),
+        5 => any::<usize>().prop_map(|index| Op::Free { index }),
+        1 => Just(Op::EmptyCache),
+        1 => Just(Op::ResetPeak),
+    ]
+}
+
+fn config() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        Just(""),
+        Just("max_split_size_mb:32"),
+        Just("roundup_power2_divisions:4")
+    ]
+}
+
+fn check(a: &CachingAllocator<CpuBackend>, live: &[Allocation], peak_model: u64) {
+    let stats = a.memory_stats();
+    let get = |k: &str| stats.get(k).unwrap();
+    let allocated: u64 = live.iter().map(|b| b.size as u64).sum();
+    let requested: u64 = live.iter().map(|b| b.requested as u64).sum();
+    assert_eq!(get("allocated_bytes.all.current"), allocated);
+    assert_eq!(get("requested_bytes.all.current"), requested);
+    assert_eq!(
+        get("allocation.all.current"),
+        live.iter().filter(|b| b.size > 0).count() as u64
+    );
+    assert!(get("allocated_bytes.all.current") <= get("reserved_bytes.all.current"));
+    assert_eq!(
+        get("allocated_bytes.all.peak"),
+        peak_model,
+        "peak holds until reset"
+    );
+    for stat in [
+        "allocated_bytes",
+        "reserved_bytes",
+        "segment",
+        "inactive_split_bytes",
+        "active_bytes",
+    ] {
+        for field in ["current", "peak"] {
+            let all = get(&format!("{stat}.all.{field}"));
+            let pools = get(&format!("{stat}.small_pool.{field}"))
+                + get(&format!("{stat}.large_pool.{field}"));
+            if field == "current" {
+                assert_eq!(all, pools, "{stat}.{field}: all = small + large");
+            } else {
+                assert!(
+                    all <= pools,
+                    "{stat}.{field}: peak of the sum <= sum of the peaks"
+                );
+            }
+        }
+    }
+    // Live blocks never overlap.
+    let mut spans: Vec<(u64, u64)> = live
+        .iter()
+        .filter(|b| b.size > 0)
+        .map(|b| (b.ptr, b.ptr + b.size as u64))
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "live blocks overlap: {pair:?}");
+    }
+    // The snapshot's segments add up to what is reserved, and their blocks tile them exactly.
+    let snap = a.snapshot();
+    let reserved: u64 = snap.segments.iter().map(|s| s.total_size).sum();
+    assert_eq!(reserved, get("reserved_bytes.all.current"));
+    for seg in &snap.segments {
+        let mut at = seg.address;
+        for block in &seg.blocks {
+            assert_eq!(block.address, at, "blocks tile their segment");
+            at += block.size;
+        }
+    }
+    let snap_allocated: u64 = snap.segments.iter().map(|s| s.allocated_size).sum();
+    assert_eq!(snap_allocated, allocated);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_sequences_keep_every_invariant(conf in config(), ops in prop::collection::vec(op(), 1..40)) {
+        let a = CachingAllocator::new(CpuBackend::new(96 * MIB), "cpu", AllocatorConfig::parse(conf).unwrap());
+        let mut live: Vec<Allocation> = Vec::new();
+        let mut peak = 0u64;
+        for op in ops {
+            match op {
+                Op::Alloc { size, stream } => match a.malloc(size, StreamId(stream)) {
+                    Ok(b) => {
+                        prop_assert!(b.size >= size);
+                        prop_assert_eq!(b.size % 512, 0);
+                        live.push(b);
+                    }
+                    Err(Error::OutOfMemory { .. }) => {}
+                    Err(other) => prop_assert!(false, "unexpected error {}", other),
+                },
+                Op::Free { index } => {
+                    if !live.is_empty() {
+                        let b = live.swap_remove(index % live.len());
+                        a.free(b, vec![]);
+                    }
+                }
+                Op::EmptyCache => a.empty_cache(),
+                Op::ResetPeak => {
+                    a.reset_peak_stats();
+                    peak = a.allocated_bytes();
+                }
+            }
+            peak = peak.max(a.allocated_bytes());
+            check(&a, &live, peak);
+        }
+        for b in live.drain(..) {
+            a.free(b, vec![]);
+        }
+        a.empty_cache();
+        prop_assert_eq!(a.reserved_bytes(), 0, "everything freed plus empty_cache leaves nothing reserved");
+        prop_assert_eq!(a.backend().mem_get_info().map(|(free, _)| free).ok(), Some(96 * MIB));
+    }
+}
