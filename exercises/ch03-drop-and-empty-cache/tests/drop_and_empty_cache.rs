@@ -1,0 +1,167 @@
+//! Graded tests for chapter 3: `drop` versus `empty_cache`.
+
+use ch03_drop_and_empty_cache::{MIB, MemoryView, Outcome, Scenario, TinyLinear, predict, unload_model};
+
+// ---- unload_model ----
+
+#[test]
+fn unload_model_returns_every_reserved_byte() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let model = TinyLinear::new(&dev, 10, 10)?;
+    assert_eq!((dev.memory_allocated(), dev.memory_reserved()), (1024, 2 * MIB));
+    unload_model(&dev, model);
+    assert_eq!(dev.memory_allocated(), 0, "the model's blocks are still live");
+    assert_eq!(
+        dev.memory_reserved(),
+        0,
+        "the 2 MiB segment is still cached: was empty_cache called while the model was alive?"
+    );
+    let stats = dev.memory_stats();
+    assert_eq!(stats.get("num_device_free"), Some(1), "one segment goes back to the device");
+    Ok(())
+}
+
+#[test]
+fn unload_model_gives_memory_back_to_the_driver() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let (free_before, _) = dev.mem_get_info()?;
+    let model = TinyLinear::new(&dev, 10, 10)?;
+    let (free_loaded, _) = dev.mem_get_info()?;
+    unload_model(&dev, model);
+    let (free_after, _) = dev.mem_get_info()?;
+    assert_eq!(dev.memory_reserved(), 0);
+    if !dev.is_cuda() {
+        // On cpu nothing else shares the device, so the driver's view moves by whole segments.
+        assert_eq!(free_before - free_loaded, 2 * MIB);
+        assert_eq!(free_after, free_before);
+    }
+    Ok(())
+}
+
+#[test]
+fn unload_model_cannot_release_a_segment_another_buffer_pins() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let loss = dev.alloc::<f32>(1)?; // allocated first: the model's blocks come from its segment
+    let model = TinyLinear::new(&dev, 10, 10)?;
+    assert_eq!(dev.memory_reserved(), 2 * MIB);
+    unload_model(&dev, model);
+    assert_eq!(dev.memory_allocated(), 512, "only the 4-byte loss (a 512 B block) is live");
+    assert_eq!(dev.memory_reserved(), 2 * MIB, "its live block pins the whole segment");
+    drop(loss);
+    dev.empty_cache();
+    assert_eq!(dev.memory_reserved(), 0);
+    Ok(())
+}
+
+// ---- MemoryView ----
+
+#[test]
+fn memory_view_reads_the_allocator_and_the_driver() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let model = TinyLinear::new(&dev, 10, 10)?;
+    let view = MemoryView::capture(&dev)?;
+    let (free, total) = dev.mem_get_info()?;
+    assert_eq!(view.allocated, 1024, "two blocks of 512 B for 440 B of parameters");
+    assert_eq!(view.reserved, 2 * MIB, "one small-pool segment");
+    assert_eq!(view.driver_total, total);
+    assert!(view.driver_used >= view.reserved, "{view:?}");
+    if !dev.is_cuda() {
+        assert_eq!(view.driver_used, total - free);
+        assert_eq!(view.driver_used, 2 * MIB, "on cpu the driver sees only the segment");
+    }
+    drop(model);
+    Ok(())
+}
+
+#[test]
+fn memory_view_cached_is_reserved_minus_allocated() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let model = TinyLinear::new(&dev, 10, 10)?;
+    assert_eq!(MemoryView::capture(&dev)?.cached(), 2 * MIB - 1024);
+    drop(model);
+    let view = MemoryView::capture(&dev)?;
+    assert_eq!((view.allocated, view.reserved), (0, 2 * MIB));
+    assert_eq!(view.cached(), 2 * MIB, "after drop, the whole segment is cache");
+    dev.empty_cache();
+    assert_eq!(MemoryView::capture(&dev)?.cached(), 0);
+    Ok(())
+}
+
+#[test]
+fn memory_view_outside_allocator_is_zero_on_cpu_and_the_context_on_cuda() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let buf = dev.alloc::<f32>(100)?;
+    let view = MemoryView::capture(&dev)?;
+    assert_eq!(view.reserved, 2 * MIB);
+    if dev.is_cuda() {
+        // The CUDA context (and any other process) is used memory the allocator never reserved.
+        assert!(view.outside_allocator() > 0, "{view:?}");
+        assert_eq!(view.outside_allocator(), view.driver_used - view.reserved);
+    } else {
+        assert_eq!(view.outside_allocator(), 0, "{view:?}");
+    }
+    drop(buf);
+    Ok(())
+}
+
+// ---- predict, then measure ----
+
+fn check(scenario: Scenario, expected: Outcome) -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let measured = scenario.measure(&dev)?;
+    assert_eq!(measured, expected, "the allocator's numbers for {scenario:?}");
+    assert_eq!(
+        predict(scenario),
+        measured,
+        "your prediction for {scenario:?} (left) against the measurement (right)"
+    );
+    Ok(())
+}
+
+#[test]
+fn prediction_tiny_model_loaded_matches_the_allocator() -> anyhow::Result<()> {
+    check(
+        Scenario::TinyModelLoaded,
+        Outcome { allocated: 1024, reserved: 2 * MIB, reserved_after_empty_cache: 2 * MIB },
+    )
+}
+
+#[test]
+fn prediction_tiny_model_dropped_matches_the_allocator() -> anyhow::Result<()> {
+    check(
+        Scenario::TinyModelDropped,
+        Outcome { allocated: 0, reserved: 2 * MIB, reserved_after_empty_cache: 0 },
+    )
+}
+
+#[test]
+fn prediction_empty_cache_before_drop_matches_the_allocator() -> anyhow::Result<()> {
+    check(
+        Scenario::EmptyCacheBeforeDrop,
+        Outcome { allocated: 0, reserved: 20 * MIB, reserved_after_empty_cache: 0 },
+    )
+}
+
+#[test]
+fn prediction_small_buffer_pins_segment_matches_the_allocator() -> anyhow::Result<()> {
+    check(
+        Scenario::SmallBufferPinsSegment,
+        Outcome { allocated: 512, reserved: 2 * MIB, reserved_after_empty_cache: 2 * MIB },
+    )
+}
+
+#[test]
+fn prediction_live_block_pins_large_segment_matches_the_allocator() -> anyhow::Result<()> {
+    check(
+        Scenario::LiveBlockPinsLargeSegment,
+        Outcome { allocated: 2 * MIB, reserved: 20 * MIB, reserved_after_empty_cache: 20 * MIB },
+    )
+}
+
+#[test]
+fn prediction_host_copy_dropped_matches_the_allocator() -> anyhow::Result<()> {
+    check(
+        Scenario::HostCopyDropped,
+        Outcome { allocated: 4 * MIB, reserved: 20 * MIB, reserved_after_empty_cache: 20 * MIB },
+    )
+}

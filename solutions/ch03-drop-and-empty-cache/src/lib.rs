@@ -1,0 +1,195 @@
+//! Chapter 3: `drop` versus `empty_cache`.
+//!
+//! Dropping a buffer (Rust's `del`) gives its block back to the allocator's cache;
+//! `empty_cache` gives whole, unused segments back to the device. Reference solution.
+
+use gpumem::{Buffer, Device, Result};
+
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+
+// ANCHOR: tiny_linear
+/// A `torch.nn.Linear(in, out)` reduced to its memory: an `f32` weight and bias on a device.
+pub struct TinyLinear {
+    /// `out × in` weights.
+    pub weight: Buffer<f32>,
+    /// `out` biases.
+    pub bias: Buffer<f32>,
+}
+
+impl TinyLinear {
+    /// Allocates zeroed parameters on `dev`, the weight first and then the bias.
+    pub fn new(dev: &Device, in_features: usize, out_features: usize) -> Result<TinyLinear> {
+        let weight = dev.alloc::<f32>(in_features * out_features)?;
+        let bias = dev.alloc::<f32>(out_features)?;
+        Ok(TinyLinear { weight, bias })
+    }
+
+    /// Number of parameters, as `sum(p.numel() for p in m.parameters())`.
+    pub fn numel(&self) -> usize {
+        self.weight.len() + self.bias.len()
+    }
+
+    /// Bytes of parameter data (`numel × 4`): what the source called the model's size.
+    pub fn parameter_bytes(&self) -> usize {
+        self.weight.size_bytes() + self.bias.size_bytes()
+    }
+}
+// ANCHOR_END: tiny_linear
+
+// ANCHOR: unload_model
+/// Frees `model` and hands the memory it used back to the device, for other processes to use.
+pub fn unload_model(dev: &Device, model: TinyLinear) {
+    // First the blocks go back to the cache; only then is the segment free to release.
+    drop(model);
+    dev.empty_cache();
+}
+// ANCHOR_END: unload_model
+
+// ANCHOR: memory_view
+/// Three views of one device's memory, read at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryView {
+    /// Bytes in live blocks (`memory_allocated`).
+    pub allocated: u64,
+    /// Bytes the allocator holds from the device, live or cached (`memory_reserved`).
+    pub reserved: u64,
+    /// Bytes in use on the whole device as the driver (and nvidia-smi) sees it: total − free.
+    pub driver_used: u64,
+    /// The device's total memory, as the driver reports it.
+    pub driver_total: u64,
+}
+
+impl MemoryView {
+    /// Reads the allocator's counters and the driver's `(free, total)` from `dev`.
+    pub fn capture(dev: &Device) -> Result<MemoryView> {
+        let allocated = dev.memory_allocated();
+        let reserved = dev.memory_reserved();
+        let (free, total) = dev.mem_get_info()?;
+        Ok(MemoryView {
+            allocated,
+            reserved,
+            driver_used: total - free,
+            driver_total: total,
+        })
+    }
+
+    /// Reserved but not allocated: memory the allocator holds in its cache.
+    pub fn cached(&self) -> u64 {
+        self.reserved - self.allocated
+    }
+
+    /// Memory the driver counts as used that this allocator does not hold (0 on `cpu`).
+    pub fn outside_allocator(&self) -> u64 {
+        // On cuda another process may free memory between the two readings: never go below 0.
+        self.driver_used.saturating_sub(self.reserved)
+    }
+}
+// ANCHOR_END: memory_view
+
+// ANCHOR: scenario
+/// A situation to predict, then measure. Each one starts on a device with nothing reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// `TinyLinear::new(dev, 10, 10)` is alive: the source's `nn.Linear(10, 10).cuda()`.
+    TinyModelLoaded,
+    /// The same model, after `drop(model)`.
+    TinyModelDropped,
+    /// A 4 MiB buffer; `empty_cache()` while it is alive; then `drop` (the wrong order).
+    EmptyCacheBeforeDrop,
+    /// A 400-byte buffer stays alive; a 1 MiB buffer allocated after it is dropped.
+    SmallBufferPinsSegment,
+    /// A 2 MiB buffer stays alive; a 6 MiB buffer allocated after it is dropped.
+    LiveBlockPinsLargeSegment,
+    /// 4 MiB of host data is uploaded with `from_slice`, then the host `Vec` is dropped.
+    HostCopyDropped,
+}
+
+/// What the allocator reports at the end of a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// `memory_allocated()` at the end of the scenario.
+    pub allocated: u64,
+    /// `memory_reserved()` at the end of the scenario.
+    pub reserved: u64,
+    /// `memory_reserved()` after one more `empty_cache()`, with the scenario's buffers unchanged.
+    pub reserved_after_empty_cache: u64,
+}
+// ANCHOR_END: scenario
+
+impl Scenario {
+    /// Every scenario, in the order of the book.
+    pub const ALL: [Scenario; 6] = [
+        Scenario::TinyModelLoaded,
+        Scenario::TinyModelDropped,
+        Scenario::EmptyCacheBeforeDrop,
+        Scenario::SmallBufferPinsSegment,
+        Scenario::LiveBlockPinsLargeSegment,
+        Scenario::HostCopyDropped,
+    ];
+
+    /// Runs the scenario on `dev` (which should hold nothing yet) and reads the allocator.
+    pub fn measure(self, dev: &Device) -> Result<Outcome> {
+        const F32_PER_MIB: usize = (MIB / 4) as usize;
+        // Buffers that must stay alive until the last reading.
+        let mut alive: Vec<Buffer<f32>> = Vec::new();
+        let mut model = None;
+        match self {
+            Scenario::TinyModelLoaded => model = Some(TinyLinear::new(dev, 10, 10)?),
+            Scenario::TinyModelDropped => drop(TinyLinear::new(dev, 10, 10)?),
+            Scenario::EmptyCacheBeforeDrop => {
+                let buf = dev.alloc::<f32>(4 * F32_PER_MIB)?;
+                dev.empty_cache();
+                drop(buf);
+            }
+            Scenario::SmallBufferPinsSegment => {
+                alive.push(dev.alloc::<f32>(100)?);
+                drop(dev.alloc::<f32>(F32_PER_MIB)?);
+            }
+            Scenario::LiveBlockPinsLargeSegment => {
+                alive.push(dev.alloc::<f32>(2 * F32_PER_MIB)?);
+                drop(dev.alloc::<f32>(6 * F32_PER_MIB)?);
+            }
+            Scenario::HostCopyDropped => {
+                let host = vec![1.0f32; 4 * F32_PER_MIB];
+                alive.push(dev.from_slice(&host)?);
+                drop(host);
+            }
+        }
+        let allocated = dev.memory_allocated();
+        let reserved = dev.memory_reserved();
+        dev.empty_cache();
+        let reserved_after_empty_cache = dev.memory_reserved();
+        drop((alive, model));
+        Ok(Outcome {
+            allocated,
+            reserved,
+            reserved_after_empty_cache,
+        })
+    }
+}
+
+// ANCHOR: predict
+/// Your prediction for `scenario`, written before you run anything.
+pub fn predict(scenario: Scenario) -> Outcome {
+    let outcome = |allocated, reserved, reserved_after_empty_cache| Outcome {
+        allocated,
+        reserved,
+        reserved_after_empty_cache,
+    };
+    match scenario {
+        // 400 B and 40 B round up to two 512 B blocks, carved from one new 2 MiB segment.
+        Scenario::TinyModelLoaded => outcome(1024, 2 * MIB, 2 * MIB),
+        // The blocks are back in the cache; the segment is whole again, so empty_cache frees it.
+        Scenario::TinyModelDropped => outcome(0, 2 * MIB, 0),
+        // 4 MiB comes from a 20 MiB segment; the early empty_cache found it pinned.
+        Scenario::EmptyCacheBeforeDrop => outcome(0, 20 * MIB, 0),
+        // The 512 B block pins its 2 MiB segment; the freed 1 MiB merged back into it.
+        Scenario::SmallBufferPinsSegment => outcome(512, 2 * MIB, 2 * MIB),
+        // Both blocks were carved from one 20 MiB segment; the live 2 MiB pins all 20.
+        Scenario::LiveBlockPinsLargeSegment => outcome(2 * MIB, 20 * MIB, 20 * MIB),
+        // The host Vec was never device memory; the uploaded copy lives on.
+        Scenario::HostCopyDropped => outcome(4 * MIB, 20 * MIB, 20 * MIB),
+    }
+}
+// ANCHOR_END: predict
