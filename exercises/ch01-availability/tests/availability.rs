@@ -1,0 +1,278 @@
+//! Graded tests for chapter 1. They pass on `cpu` and on `cuda` (`GPUMEM_DEVICE=cuda`).
+
+use ch01_availability::{choose_device, cuda_status, describe, predict_first_allocations};
+use gpumem::{Device, DeviceKind, Error, format_bytes};
+
+const MIB: u64 = 1 << 20;
+
+/// The allocator counters that choosing or describing a device must leave untouched.
+fn footprint(dev: &Device) -> (u64, u64, u64, u64) {
+    let stats = dev.memory_stats();
+    let get = |key: &str| stats.get(key).unwrap_or(u64::MAX);
+    (
+        get("allocation.all.allocated"),
+        get("segment.all.allocated"),
+        get("num_device_alloc"),
+        dev.transfer_stats().total_copies(),
+    )
+}
+
+/// Every device this machine can open: `cpu`, and `cuda:0` when there is a GPU.
+fn every_device() -> Vec<Device> {
+    let mut devices = vec![Device::cpu()];
+    if let Ok(gpu) = Device::cuda(0) {
+        devices.push(gpu);
+    }
+    devices
+}
+
+// --- cuda_status -----------------------------------------------------------------------------
+
+#[test]
+fn cuda_status_reports_count_or_reason() {
+    let _dev = gpumem::testing::device();
+    let expected = match gpumem::cuda::unavailable_reason() {
+        None => format!("CUDA available: {} device(s)", gpumem::cuda::device_count()),
+        Some(reason) => format!("CUDA not available: {reason}"),
+    };
+    assert_eq!(cuda_status(), expected);
+}
+
+// --- choose_device ---------------------------------------------------------------------------
+
+#[test]
+fn choose_device_without_override_prefers_cuda_then_cpu() {
+    let _dev = gpumem::testing::device();
+    let expected = if gpumem::cuda::is_available() {
+        DeviceKind::Cuda(0)
+    } else {
+        DeviceKind::Cpu
+    };
+    for spelling in [None, Some("auto"), Some("")] {
+        let chosen = choose_device(spelling).unwrap_or_else(|e| panic!("{spelling:?}: {e}"));
+        assert_eq!(chosen.kind(), expected, "override {spelling:?}");
+    }
+}
+
+#[test]
+fn choose_device_honours_cpu_override_even_with_a_gpu() {
+    let _dev = gpumem::testing::device();
+    let chosen = choose_device(Some("cpu")).expect("cpu always opens");
+    assert_eq!(chosen.kind(), DeviceKind::Cpu);
+    assert_eq!(chosen, Device::cpu());
+}
+
+#[test]
+fn choose_device_ignores_case_and_surrounding_spaces() {
+    let _dev = gpumem::testing::device();
+    for spelling in [" CPU ", "Cpu", "\tcpu\n"] {
+        let chosen = choose_device(Some(spelling)).unwrap_or_else(|e| panic!("{spelling:?}: {e}"));
+        assert_eq!(chosen.kind(), DeviceKind::Cpu, "override {spelling:?}");
+    }
+    let auto = choose_device(Some(" AUTO ")).expect("auto always opens a device");
+    assert_eq!(auto.kind(), choose_device(None).expect("auto").kind());
+    if gpumem::cuda::is_available() {
+        let gpu = choose_device(Some(" CUDA:0 ")).expect("cuda:0 exists when CUDA is available");
+        assert_eq!(gpu.kind(), DeviceKind::Cuda(0));
+    } else {
+        let err = choose_device(Some(" CUDA:0 ")).expect_err("there is no GPU here");
+        assert!(matches!(err, Error::CudaUnavailable { .. }), "got {err:?}");
+    }
+}
+
+#[test]
+fn choose_device_never_falls_back_when_cuda_is_asked_for() {
+    let _dev = gpumem::testing::device();
+    let count = gpumem::cuda::device_count();
+    let one_past_the_last = format!("cuda:{count}");
+    if gpumem::cuda::is_available() {
+        let gpu = choose_device(Some("cuda")).expect("cuda means cuda:0");
+        assert_eq!(gpu.kind(), DeviceKind::Cuda(0));
+        let err = choose_device(Some(&one_past_the_last)).expect_err("no such GPU");
+        assert!(
+            matches!(err, Error::NoSuchDevice { ordinal, count: c } if ordinal == count && c == count),
+            "got {err:?}"
+        );
+    } else {
+        for spelling in ["cuda", "cuda:0", one_past_the_last.as_str()] {
+            let err = choose_device(Some(spelling)).expect_err("a GPU was asked for; none exists");
+            assert!(
+                matches!(err, Error::CudaUnavailable { .. }),
+                "{spelling:?} gave {err:?}, not CudaUnavailable"
+            );
+        }
+    }
+}
+
+#[test]
+fn choose_device_rejects_garbage() {
+    let _dev = gpumem::testing::device();
+    for spelling in ["gpu", "cuda0", "cuda:", "cuda:x", "cuda:-1", "cpu:0", "mps"] {
+        match choose_device(Some(spelling)) {
+            Err(Error::BadDeviceName { value }) => assert_eq!(value, spelling),
+            other => panic!("{spelling:?} gave {other:?}, not BadDeviceName"),
+        }
+    }
+}
+
+#[test]
+fn choose_device_agrees_with_by_name() {
+    let _dev = gpumem::testing::device();
+    for spelling in [
+        "auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:7", " Cuda ", "tpu",
+    ] {
+        let ours = choose_device(Some(spelling)).map(|d| d.kind());
+        let theirs = Device::by_name(spelling).map(|d| d.kind());
+        assert_eq!(
+            format!("{ours:?}"),
+            format!("{theirs:?}"),
+            "choose_device and Device::by_name disagree on {spelling:?}"
+        );
+    }
+}
+
+#[test]
+fn choose_device_allocates_nothing_on_any_device() {
+    let _dev = gpumem::testing::device();
+    let devices = every_device();
+    let before: Vec<_> = devices.iter().map(footprint).collect();
+    for spelling in [
+        None,
+        Some("cpu"),
+        Some("cuda"),
+        Some("cuda:0"),
+        Some("nonsense"),
+    ] {
+        let _ = choose_device(spelling);
+    }
+    let after: Vec<_> = devices.iter().map(footprint).collect();
+    assert_eq!(
+        before, after,
+        "choosing a device must not allocate or copy anything"
+    );
+}
+
+// --- describe --------------------------------------------------------------------------------
+
+#[test]
+fn describe_cpu_uses_the_fixed_format() {
+    let _dev = gpumem::testing::device();
+    let cpu = Device::cpu();
+    let p = cpu.properties().expect("cpu properties");
+    let expected = format!(
+        "cpu: {}, {}, {} cores",
+        p.name,
+        format_bytes(p.total_memory),
+        p.multi_processor_count
+    );
+    assert_eq!(describe(&cpu).expect("describe cpu"), expected);
+}
+
+#[test]
+fn describe_test_device_uses_the_fixed_format() {
+    let dev = gpumem::testing::device();
+    let p = dev.properties().expect("properties");
+    let expected = match dev.kind() {
+        DeviceKind::Cuda(n) => format!(
+            "cuda:{n}: {}, {}, {} SMs, compute capability {}.{}",
+            p.name,
+            format_bytes(p.total_memory),
+            p.multi_processor_count,
+            p.compute_capability.0,
+            p.compute_capability.1
+        ),
+        DeviceKind::Cpu => format!(
+            "cpu: {}, {}, {} cores",
+            p.name,
+            format_bytes(p.total_memory),
+            p.multi_processor_count
+        ),
+    };
+    assert_eq!(describe(&dev).expect("describe"), expected);
+}
+
+#[test]
+fn describe_allocates_and_copies_nothing() {
+    let dev = gpumem::testing::device();
+    let devices = every_device();
+    let before: Vec<_> = devices.iter().map(footprint).collect();
+    for d in &devices {
+        describe(d).expect("describe");
+    }
+    assert_eq!(devices.iter().map(footprint).collect::<Vec<_>>(), before);
+    assert_eq!(dev.memory_reserved(), 0, "describe reserved device memory");
+}
+
+// --- predict_first_allocations ---------------------------------------------------------------
+
+#[test]
+fn first_tiny_allocation_prediction_matches_allocated_and_reserved() {
+    let dev = gpumem::testing::device();
+    let predicted = predict_first_allocations();
+    let a = dev.alloc::<f32>(1).expect("alloc 1 f32");
+    assert_eq!(
+        predicted.allocated_after_first,
+        dev.memory_allocated(),
+        "memory_allocated after alloc::<f32>(1)"
+    );
+    assert_eq!(
+        predicted.reserved_after_first,
+        dev.memory_reserved(),
+        "memory_reserved after alloc::<f32>(1)"
+    );
+    assert_eq!(dev.memory_allocated(), 512);
+    assert_eq!(dev.memory_reserved(), 2 * MIB);
+    drop(a);
+}
+
+#[test]
+fn second_tiny_allocation_prediction_matches_the_shared_segment() {
+    let dev = gpumem::testing::device();
+    let predicted = predict_first_allocations();
+    let a = dev.alloc::<f32>(1).expect("alloc 1 f32");
+    let b = dev.alloc::<f32>(200).expect("alloc 200 f32");
+    let stats = dev.memory_stats();
+    assert_eq!(
+        predicted.allocated_after_second,
+        dev.memory_allocated(),
+        "memory_allocated after the second buffer"
+    );
+    assert_eq!(
+        predicted.reserved_after_second,
+        dev.memory_reserved(),
+        "memory_reserved after the second buffer"
+    );
+    assert_eq!(
+        Some(predicted.segments_after_second),
+        stats.get("segment.all.current"),
+        "segments after the second buffer"
+    );
+    assert_eq!(stats.get("allocation.all.current"), Some(2));
+    assert_eq!(stats.get("requested_bytes.all.current"), Some(4 + 800));
+    drop((a, b));
+}
+
+#[test]
+fn first_allocation_prediction_matches_the_drivers_free_memory() {
+    let dev = gpumem::testing::device();
+    let predicted = predict_first_allocations();
+    let (free_before, total) = dev.mem_get_info().expect("mem_get_info");
+    let a = dev.alloc::<f32>(1).expect("alloc 1 f32");
+    let (free_after, total_after) = dev.mem_get_info().expect("mem_get_info");
+    assert_eq!(total, total_after, "total memory never changes");
+    // The device gives memory out in whole segments: what it loses is what the allocator reserved.
+    assert_eq!(
+        predicted.free_drop_after_first,
+        dev.memory_reserved(),
+        "the driver sees reserved memory, not allocated memory"
+    );
+    if !dev.is_cuda() {
+        // On a GPU other processes change free memory at any time, so only cpu is exact.
+        assert_eq!(
+            predicted.free_drop_after_first,
+            free_before - free_after,
+            "fall in mem_get_info's free memory on cpu"
+        );
+    }
+    drop(a);
+}
