@@ -1,6 +1,8 @@
 //! Graded tests for chapter 3: `drop` versus `empty_cache`.
 
-use ch03_drop_and_empty_cache::{MIB, MemoryView, Outcome, Scenario, TinyLinear, predict, unload_model};
+use ch03_drop_and_empty_cache::{
+    MIB, MemoryView, Outcome, Scenario, TinyLinear, predict, unload_model,
+};
 
 // ---- unload_model ----
 
@@ -8,16 +10,27 @@ use ch03_drop_and_empty_cache::{MIB, MemoryView, Outcome, Scenario, TinyLinear, 
 fn unload_model_returns_every_reserved_byte() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
     let model = TinyLinear::new(&dev, 10, 10)?;
-    assert_eq!((dev.memory_allocated(), dev.memory_reserved()), (1024, 2 * MIB));
+    assert_eq!(
+        (dev.memory_allocated(), dev.memory_reserved()),
+        (1024, 2 * MIB)
+    );
     unload_model(&dev, model);
-    assert_eq!(dev.memory_allocated(), 0, "the model's blocks are still live");
+    assert_eq!(
+        dev.memory_allocated(),
+        0,
+        "the model's blocks are still live"
+    );
     assert_eq!(
         dev.memory_reserved(),
         0,
         "the 2 MiB segment is still cached: was empty_cache called while the model was alive?"
     );
     let stats = dev.memory_stats();
-    assert_eq!(stats.get("num_device_free"), Some(1), "one segment goes back to the device");
+    assert_eq!(
+        stats.get("num_device_free"),
+        Some(1),
+        "one segment goes back to the device"
+    );
     Ok(())
 }
 
@@ -45,8 +58,16 @@ fn unload_model_cannot_release_a_segment_another_buffer_pins() -> anyhow::Result
     let model = TinyLinear::new(&dev, 10, 10)?;
     assert_eq!(dev.memory_reserved(), 2 * MIB);
     unload_model(&dev, model);
-    assert_eq!(dev.memory_allocated(), 512, "only the 4-byte loss (a 512 B block) is live");
-    assert_eq!(dev.memory_reserved(), 2 * MIB, "its live block pins the whole segment");
+    assert_eq!(
+        dev.memory_allocated(),
+        512,
+        "only the 4-byte loss (a 512 B block) is live"
+    );
+    assert_eq!(
+        dev.memory_reserved(),
+        2 * MIB,
+        "its live block pins the whole segment"
+    );
     drop(loss);
     dev.empty_cache();
     assert_eq!(dev.memory_reserved(), 0);
@@ -61,13 +82,20 @@ fn memory_view_reads_the_allocator_and_the_driver() -> anyhow::Result<()> {
     let model = TinyLinear::new(&dev, 10, 10)?;
     let view = MemoryView::capture(&dev)?;
     let (free, total) = dev.mem_get_info()?;
-    assert_eq!(view.allocated, 1024, "two blocks of 512 B for 440 B of parameters");
+    assert_eq!(
+        view.allocated, 1024,
+        "two blocks of 512 B for 440 B of parameters"
+    );
     assert_eq!(view.reserved, 2 * MIB, "one small-pool segment");
     assert_eq!(view.driver_total, total);
     assert!(view.driver_used >= view.reserved, "{view:?}");
     if !dev.is_cuda() {
         assert_eq!(view.driver_used, total - free);
-        assert_eq!(view.driver_used, 2 * MIB, "on cpu the driver sees only the segment");
+        assert_eq!(
+            view.driver_used,
+            2 * MIB,
+            "on cpu the driver sees only the segment"
+        );
     }
     drop(model);
     Ok(())
@@ -81,7 +109,11 @@ fn memory_view_cached_is_reserved_minus_allocated() -> anyhow::Result<()> {
     drop(model);
     let view = MemoryView::capture(&dev)?;
     assert_eq!((view.allocated, view.reserved), (0, 2 * MIB));
-    assert_eq!(view.cached(), 2 * MIB, "after drop, the whole segment is cache");
+    assert_eq!(
+        view.cached(),
+        2 * MIB,
+        "after drop, the whole segment is cache"
+    );
     dev.empty_cache();
     assert_eq!(MemoryView::capture(&dev)?.cached(), 0);
     Ok(())
@@ -109,7 +141,10 @@ fn memory_view_outside_allocator_is_zero_on_cpu_and_the_context_on_cuda() -> any
 fn check(scenario: Scenario, expected: Outcome) -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
     let measured = scenario.measure(&dev)?;
-    assert_eq!(measured, expected, "the allocator's numbers for {scenario:?}");
+    assert_eq!(
+        measured, expected,
+        "the allocator's numbers for {scenario:?}"
+    );
     assert_eq!(
         predict(scenario),
         measured,
@@ -122,7 +157,11 @@ fn check(scenario: Scenario, expected: Outcome) -> anyhow::Result<()> {
 fn prediction_tiny_model_loaded_matches_the_allocator() -> anyhow::Result<()> {
     check(
         Scenario::TinyModelLoaded,
-        Outcome { allocated: 1024, reserved: 2 * MIB, reserved_after_empty_cache: 2 * MIB },
+        Outcome {
+            allocated: 1024,
+            reserved: 2 * MIB,
+            reserved_after_empty_cache: 2 * MIB,
+        },
     )
 }
 
@@ -130,7 +169,11 @@ fn prediction_tiny_model_loaded_matches_the_allocator() -> anyhow::Result<()> {
 fn prediction_tiny_model_dropped_matches_the_allocator() -> anyhow::Result<()> {
     check(
         Scenario::TinyModelDropped,
-        Outcome { allocated: 0, reserved: 2 * MIB, reserved_after_empty_cache: 0 },
+        Outcome {
+            allocated: 0,
+            reserved: 2 * MIB,
+            reserved_after_empty_cache: 0,
+        },
     )
 }
 
@@ -138,7 +181,11 @@ fn prediction_tiny_model_dropped_matches_the_allocator() -> anyhow::Result<()> {
 fn prediction_empty_cache_before_drop_matches_the_allocator() -> anyhow::Result<()> {
     check(
         Scenario::EmptyCacheBeforeDrop,
-        Outcome { allocated: 0, reserved: 20 * MIB, reserved_after_empty_cache: 0 },
+        Outcome {
+            allocated: 0,
+            reserved: 20 * MIB,
+            reserved_after_empty_cache: 0,
+        },
     )
 }
 
@@ -146,7 +193,11 @@ fn prediction_empty_cache_before_drop_matches_the_allocator() -> anyhow::Result<
 fn prediction_small_buffer_pins_segment_matches_the_allocator() -> anyhow::Result<()> {
     check(
         Scenario::SmallBufferPinsSegment,
-        Outcome { allocated: 512, reserved: 2 * MIB, reserved_after_empty_cache: 2 * MIB },
+        Outcome {
+            allocated: 512,
+            reserved: 2 * MIB,
+            reserved_after_empty_cache: 2 * MIB,
+        },
     )
 }
 
@@ -154,7 +205,11 @@ fn prediction_small_buffer_pins_segment_matches_the_allocator() -> anyhow::Resul
 fn prediction_live_block_pins_large_segment_matches_the_allocator() -> anyhow::Result<()> {
     check(
         Scenario::LiveBlockPinsLargeSegment,
-        Outcome { allocated: 2 * MIB, reserved: 20 * MIB, reserved_after_empty_cache: 20 * MIB },
+        Outcome {
+            allocated: 2 * MIB,
+            reserved: 20 * MIB,
+            reserved_after_empty_cache: 20 * MIB,
+        },
     )
 }
 
@@ -162,6 +217,10 @@ fn prediction_live_block_pins_large_segment_matches_the_allocator() -> anyhow::R
 fn prediction_host_copy_dropped_matches_the_allocator() -> anyhow::Result<()> {
     check(
         Scenario::HostCopyDropped,
-        Outcome { allocated: 4 * MIB, reserved: 20 * MIB, reserved_after_empty_cache: 20 * MIB },
+        Outcome {
+            allocated: 4 * MIB,
+            reserved: 20 * MIB,
+            reserved_after_empty_cache: 20 * MIB,
+        },
     )
 }
