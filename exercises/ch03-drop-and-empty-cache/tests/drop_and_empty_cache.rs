@@ -42,11 +42,18 @@ fn unload_model_gives_memory_back_to_the_driver() -> anyhow::Result<()> {
     let (free_loaded, _) = dev.mem_get_info()?;
     unload_model(&dev, model);
     let (free_after, _) = dev.mem_get_info()?;
-    assert_eq!(dev.memory_reserved(), 0);
+    assert_eq!(
+        dev.memory_reserved(),
+        0,
+        "the driver gets back only what empty_cache releases"
+    );
     if !dev.is_cuda() {
         // On cpu nothing else shares the device, so the driver's view moves by whole segments.
         assert_eq!(free_before - free_loaded, 2 * MIB);
-        assert_eq!(free_after, free_before);
+        assert_eq!(
+            free_after, free_before,
+            "the driver should see the segment come back"
+        );
     }
     Ok(())
 }

@@ -1,0 +1,275 @@
+//! Chapter 4: reading the memory statistics.
+//!
+//! `memory_allocated`, `max_memory_allocated`, `memory_reserved`, `memory_stats()` under torch's
+//! keys, and the two classic measuring mistakes: sampling for a peak, and a list that leaks.
+//! Reference solution.
+
+use gpumem::{Buffer, Device, MemoryStats, Result};
+
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+
+// ANCHOR: mlp
+/// One `nn.Linear` layer's parameters, in `f32`.
+pub struct Linear {
+    /// `out × in` weights.
+    pub weight: Buffer<f32>,
+    /// `out` biases.
+    pub bias: Buffer<f32>,
+}
+
+/// A stack of linear layers on one device.
+pub struct Mlp {
+    /// The device the parameters live on.
+    pub device: Device,
+    /// The layers, first to last.
+    pub layers: Vec<Linear>,
+}
+
+impl Mlp {
+    /// Allocates zeroed parameters for layers of `(in_features, out_features)`, in order: each
+    /// layer's weight, then its bias (as `nn.Sequential(...).cuda()` does).
+    pub fn new(dev: &Device, shape: &[(usize, usize)]) -> Result<Mlp> {
+        let mut layers = Vec::with_capacity(shape.len());
+        for &(inputs, outputs) in shape {
+            let weight = dev.alloc::<f32>(inputs * outputs)?;
+            let bias = dev.alloc::<f32>(outputs)?;
+            layers.push(Linear { weight, bias });
+        }
+        Ok(Mlp {
+            device: dev.clone(),
+            layers,
+        })
+    }
+
+    /// Every parameter buffer: weight, then bias, layer by layer (`model.parameters()`).
+    pub fn parameters(&self) -> impl Iterator<Item = &Buffer<f32>> {
+        self.layers.iter().flat_map(|l| [&l.weight, &l.bias])
+    }
+}
+
+/// The model of the prediction exercise: 1024 inputs, 1024 hidden units, 10 outputs.
+pub const MLP_SHAPE: [(usize, usize); 2] = [(1024, 1024), (1024, 10)];
+// ANCHOR_END: mlp
+
+// ANCHOR: model_size
+/// The model's size as the source computed it: Σ numel × element size, in bytes.
+pub fn parameter_bytes(model: &Mlp) -> u64 {
+    model
+        .parameters()
+        .map(|p| (p.len() * size_of::<f32>()) as u64)
+        .sum()
+}
+
+/// What the allocator hands out for the model's parameters: the sum of their blocks, in bytes.
+pub fn block_bytes(model: &Mlp) -> u64 {
+    model.parameters().map(|p| p.block_bytes() as u64).sum()
+}
+// ANCHOR_END: model_size
+
+// ANCHOR: stats_view
+/// The numbers this chapter reads from `memory_stats()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsView {
+    /// Bytes in live blocks: `allocated_bytes.all.current`.
+    pub allocated: u64,
+    /// Bytes the callers asked for, before rounding: `requested_bytes.all.current`.
+    pub requested: u64,
+    /// Bytes reserved from the device: `reserved_bytes.all.current`.
+    pub reserved: u64,
+    /// Highest `allocated` since the last peak reset: `allocated_bytes.all.peak`.
+    pub peak_allocated: u64,
+    /// Reserved segments of the small pool: `segment.small_pool.current`.
+    pub small_segments: u64,
+    /// Reserved segments of the large pool: `segment.large_pool.current`.
+    pub large_segments: u64,
+    /// Free bytes inside segments that a live block keeps from being released:
+    /// `inactive_split_bytes.all.current`.
+    pub inactive_split_bytes: u64,
+}
+
+impl StatsView {
+    /// Picks this chapter's numbers out of `dev.memory_stats()`.
+    pub fn from_stats(stats: &MemoryStats) -> StatsView {
+        // Every key is always present; 0 keeps a misspelt key from panicking.
+        let key = |k: &str| stats.get(k).unwrap_or(0);
+        StatsView {
+            allocated: key("allocated_bytes.all.current"),
+            requested: key("requested_bytes.all.current"),
+            reserved: key("reserved_bytes.all.current"),
+            peak_allocated: key("allocated_bytes.all.peak"),
+            small_segments: key("segment.small_pool.current"),
+            large_segments: key("segment.large_pool.current"),
+            inactive_split_bytes: key("inactive_split_bytes.all.current"),
+        }
+    }
+}
+// ANCHOR_END: stats_view
+
+// ANCHOR: fragment
+/// Four 4 MiB buffers; the first and third are dropped; then a 6 MiB buffer is allocated.
+/// Returns the live buffers (the second, the fourth and the 6 MiB one).
+pub fn fragment(dev: &Device) -> Result<Vec<Buffer<f32>>> {
+    let four_mib = (4 * MIB / 4) as usize;
+    let mut blocks = (0..4)
+        .map(|_| dev.alloc::<f32>(four_mib))
+        .collect::<Result<Vec<_>>>()?;
+    let fourth = blocks.pop();
+    let third = blocks.pop();
+    let second = blocks.pop();
+    drop((blocks, third));
+    let six = dev.alloc::<f32>((6 * MIB / 4) as usize)?;
+    Ok(second.into_iter().chain(fourth).chain([six]).collect())
+}
+// ANCHOR_END: fragment
+
+// ANCHOR: predict
+/// Your prediction of `memory_stats()` once `Mlp::new(dev, &MLP_SHAPE)` is alive on an empty device.
+pub fn predict_mlp() -> StatsView {
+    // Blocks: 4 MiB weight (large pool), 4096 B bias, 40_960 B weight, 40 B bias -> 512 B.
+    let blocks = 4 * MIB + 4096 + 40_960 + 512;
+    StatsView {
+        allocated: blocks,
+        requested: 4 * MIB + 4096 + 40_960 + 40,
+        // The 4 MiB weight is carved from a 20 MiB segment; the three small ones share 2 MiB.
+        reserved: 20 * MIB + 2 * MIB,
+        peak_allocated: blocks,
+        small_segments: 1,
+        large_segments: 1,
+        // The rest of both segments is split off and free, but pinned by its live neighbours.
+        inactive_split_bytes: (20 * MIB - 4 * MIB) + (2 * MIB - (4096 + 40_960 + 512)),
+    }
+}
+
+/// Your prediction of `memory_stats()` after `fragment(dev)` on an empty device.
+pub fn predict_fragmented() -> StatsView {
+    StatsView {
+        // Live: the second and fourth 4 MiB blocks and the 6 MiB block.
+        allocated: 4 * MIB + 4 * MIB + 6 * MIB,
+        requested: 14 * MIB,
+        // No free block of the first segment (4, 4 and 4 MiB) fits 6 MiB: a second segment.
+        reserved: 20 * MIB + 20 * MIB,
+        // All four 4 MiB blocks were live at once.
+        peak_allocated: 16 * MIB,
+        small_segments: 0,
+        large_segments: 2,
+        // Three free 4 MiB holes in the first segment, 14 MiB left over in the second.
+        inactive_split_bytes: 12 * MIB + 14 * MIB,
+    }
+}
+// ANCHOR_END: predict
+
+// ANCHOR: peak_report
+/// What `measure_peak` saw of one piece of work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeakReport {
+    /// `memory_allocated()` just before the work.
+    pub before: u64,
+    /// The highest `memory_allocated()` reached while the work ran.
+    pub peak: u64,
+    /// `memory_allocated()` just after the work.
+    pub after: u64,
+}
+
+impl PeakReport {
+    /// The memory the work needed at its peak on top of what was already allocated.
+    pub fn extra(&self) -> u64 {
+        self.peak - self.before
+    }
+}
+// ANCHOR_END: peak_report
+
+// ANCHOR: workspace_op
+/// A stand-in for an operation that needs workspace (a normalisation, a convolution): it makes
+/// two temporaries the size of its input, writes a new output buffer, and frees the temporaries.
+pub fn workspace_op(x: &Buffer<f32>) -> Result<Buffer<f32>> {
+    let centred = x.try_clone()?;
+    let squared = x.try_clone()?;
+    let mut out = x.device().alloc::<f32>(x.len())?;
+    out.copy_from(&centred)?;
+    drop((centred, squared));
+    Ok(out)
+}
+
+/// The source's way to find a peak: call `workspace_op` `steps` times and keep the largest
+/// `memory_allocated()` seen between calls.
+pub fn sampled_peak(x: &Buffer<f32>, steps: usize) -> Result<u64> {
+    let dev = x.device();
+    let mut max = 0;
+    for _ in 0..steps {
+        let y = workspace_op(x)?;
+        max = max.max(dev.memory_allocated());
+        drop(y);
+    }
+    Ok(max)
+}
+
+/// The source's loop, in Rust: `steps` times, upload a fresh 4 MiB tensor into the same variable
+/// and sample `memory_allocated()`; returns the largest sample.
+pub fn source_loop(dev: &Device, steps: usize) -> Result<u64> {
+    let mut max = 0;
+    let mut x_gpu: Option<Buffer<f32>> = None;
+    for _ in 0..steps {
+        let x = vec![1.0f32; (4 * MIB / 4) as usize];
+        // As in Python, the old buffer is freed only once the new one is assigned.
+        x_gpu = Some(dev.from_slice(&x)?);
+        max = max.max(dev.memory_allocated());
+    }
+    drop(x_gpu);
+    Ok(max)
+}
+// ANCHOR_END: workspace_op
+
+// ANCHOR: measure_peak
+/// Runs `work` and reports `memory_allocated` before and after it, and its true peak during it.
+pub fn measure_peak<R>(dev: &Device, work: impl FnOnce() -> Result<R>) -> Result<(R, PeakReport)> {
+    let before = dev.memory_allocated();
+    // From here the peak starts at `before`: earlier work no longer counts.
+    dev.reset_peak_memory_stats();
+    let result = work()?;
+    let report = PeakReport {
+        before,
+        peak: dev.max_memory_allocated(),
+        after: dev.memory_allocated(),
+    };
+    Ok((result, report))
+}
+// ANCHOR_END: measure_peak
+
+// ANCHOR: training_step
+/// A training step's stand-in: allocates a batch of activations and their gradient, computes the
+/// step's loss into a one-element device buffer, frees the rest, and returns the loss.
+pub fn training_step(model: &Mlp, step: usize) -> Result<Buffer<f32>> {
+    let width = model.layers.last().map_or(1, |l| l.bias.len());
+    let activations = model.device.alloc::<f32>(64 * width)?;
+    let gradient = model.device.alloc::<f32>(64 * width)?;
+    let loss = model.device.from_slice(&[1.0 / (step as f32 + 1.0)])?;
+    drop((activations, gradient));
+    Ok(loss)
+}
+
+/// The source's leak: every step's loss buffer is kept in a list, on the device.
+pub fn train_keeping_device_losses(model: &Mlp, steps: usize) -> Result<Vec<Buffer<f32>>> {
+    let mut losses = Vec::new();
+    for step in 0..steps {
+        losses.push(training_step(model, step)?);
+    }
+    Ok(losses)
+}
+// ANCHOR_END: training_step
+
+// ANCHOR: train
+/// Runs `steps` training steps and returns every step's loss as a host `f32` (torch:
+/// `losses.append(loss.item())`), keeping nothing on the device once a step is over.
+pub fn train(model: &Mlp, steps: usize) -> Result<Vec<f32>> {
+    let mut losses = Vec::with_capacity(steps);
+    for step in 0..steps {
+        let loss = training_step(model, step)?;
+        let mut value = [0.0f32];
+        loss.copy_to_slice(&mut value)?;
+        losses.push(value[0]);
+        // `loss` is dropped here: its block is back in the cache before the next step.
+    }
+    Ok(losses)
+}
+// ANCHOR_END: train
