@@ -246,6 +246,8 @@ impl<B: RawMemory> CachingAllocator<B> {
         if allocation.size == 0 {
             return;
         }
+        // Ask the streams before taking the lock: a query may be a driver call.
+        let pending: Vec<_> = pending.into_iter().filter(|p| !p.is_done()).collect();
         let mut guard = self.lock();
         let st = &mut *guard;
         let id = allocation.id;
@@ -267,7 +269,6 @@ impl<B: RawMemory> CachingAllocator<B> {
         }
         st.history
             .record(TraceAction::Free, ptr, size, stream, &st.stats);
-        let pending: Vec<_> = pending.into_iter().filter(|p| !p.is_done()).collect();
         if pending.is_empty() {
             st.free_block(id);
         } else {
@@ -554,10 +555,12 @@ impl<B: RawMemory> CachingAllocator<B> {
 }
 
 impl State {
+    #[inline]
     fn block(&self, id: BlockId) -> &Block {
         self.blocks[id].as_ref().expect("gpumem: dangling block id")
     }
 
+    #[inline]
     fn block_mut(&mut self, id: BlockId) -> &mut Block {
         self.blocks[id].as_mut().expect("gpumem: dangling block id")
     }

@@ -17,6 +17,7 @@ pub struct Stat {
 
 impl Stat {
     /// Adds `n`.
+    #[inline]
     pub fn increase(&mut self, n: u64) {
         self.current += n;
         self.allocated += n;
@@ -24,6 +25,7 @@ impl Stat {
     }
 
     /// Takes `n` away.
+    #[inline]
     pub fn decrease(&mut self, n: u64) {
         debug_assert!(self.current >= n, "stat underflow");
         self.current -= n;
@@ -63,17 +65,20 @@ pub struct StatArray {
 
 impl StatArray {
     /// Adds `n` to `all` and to `pool`.
+    #[inline]
     pub fn increase(&mut self, pool: Pool, n: u64) {
         self.all.increase(n);
         self.pool_mut(pool).increase(n);
     }
 
     /// Takes `n` from `all` and from `pool`.
+    #[inline]
     pub fn decrease(&mut self, pool: Pool, n: u64) {
         self.all.decrease(n);
         self.pool_mut(pool).decrease(n);
     }
 
+    #[inline]
     fn pool_mut(&mut self, pool: Pool) -> &mut Stat {
         match pool {
             Pool::Small => &mut self.small_pool,
