@@ -1,0 +1,202 @@
+//! Where the workbook lives: its root, its chapters, and the scratch area of the commands.
+
+use crate::chapter::ChapterInfo;
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+/// The workbook repository: the directory whose `Cargo.toml` has `[workspace]` and which holds
+/// `exercises/`.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    /// The repository root (absolute).
+    pub root: PathBuf,
+}
+
+/// One chapter: its crate, its reference solution and its `chapter.toml`.
+#[derive(Debug, Clone)]
+pub struct Chapter {
+    /// The chapter's name: its directory under `exercises/` and its crate's name.
+    pub name: String,
+    /// `exercises/<name>`: the stub crate learners edit.
+    pub dir: PathBuf,
+    /// `solutions/<name>`: the reference solution (holds `src/`).
+    pub solution_dir: PathBuf,
+    /// The parsed `chapter.toml`.
+    pub info: ChapterInfo,
+}
+
+impl Repo {
+    /// Finds the repository from `start` upwards.
+    pub fn locate(start: &Path) -> Result<Repo> {
+        let start = absolute(start)?;
+        for dir in start.ancestors() {
+            if is_workbook_root(dir) {
+                return Ok(Repo {
+                    root: dir.to_path_buf(),
+                });
+            }
+        }
+        bail!(
+            "not inside the GPU Memory Workbook: no directory from {} upwards has a Cargo.toml with \
+             [workspace] and an exercises/ folder (run from the repository, or pass --root DIR or set \
+             WORKBOOK_ROOT)",
+            start.display()
+        )
+    }
+
+    /// The repository at exactly `root` (from `--root`), checked like [`Repo::locate`] checks.
+    pub fn at(root: &Path) -> Result<Repo> {
+        let root = absolute(root)?;
+        if !is_workbook_root(&root) {
+            bail!(
+                "{} is not the GPU Memory Workbook's root: it needs a Cargo.toml with [workspace] and \
+                 an exercises/ folder",
+                root.display()
+            );
+        }
+        Ok(Repo { root })
+    }
+
+    /// `--root` when given, else found from the current directory upwards.
+    pub fn from_option(root: Option<&Path>) -> Result<Repo> {
+        match root {
+            Some(root) => Repo::at(root),
+            None => {
+                let cwd = std::env::current_dir().context("reading the current directory")?;
+                Repo::locate(&cwd)
+            }
+        }
+    }
+
+    /// `exercises/`.
+    pub fn exercises_dir(&self) -> PathBuf {
+        self.root.join("exercises")
+    }
+
+    /// `solutions/`.
+    pub fn solutions_dir(&self) -> PathBuf {
+        self.root.join("solutions")
+    }
+
+    /// `book/`, the mdBook's root.
+    pub fn book_dir(&self) -> PathBuf {
+        self.root.join("book")
+    }
+
+    /// `target/workbook/`, where the commands keep scratch workspaces and their build output.
+    pub fn work_dir(&self) -> PathBuf {
+        self.root.join("target").join("workbook")
+    }
+
+    /// The chapter names: the sorted directory names under `exercises/`.
+    pub fn chapter_names(&self) -> Result<Vec<String>> {
+        let dir = self.exercises_dir();
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                bail!(
+                    "{}: a chapter directory's name must be UTF-8",
+                    entry.path().display()
+                );
+            };
+            if !name.starts_with('.') {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Turns the names given on the command line into chapter names: exact, or a unique prefix
+    /// (`ch01` for `ch01-availability`). No names: every chapter.
+    pub fn select_chapters(&self, wanted: &[String]) -> Result<Vec<String>> {
+        let all = self.chapter_names()?;
+        if wanted.is_empty() {
+            return Ok(all);
+        }
+        let mut chosen = Vec::new();
+        for want in wanted {
+            let want = want.trim_end_matches('/');
+            let want = want.rsplit('/').next().unwrap_or(want);
+            let found = if all.iter().any(|c| c == want) {
+                want.to_string()
+            } else {
+                let matches: Vec<&String> = all.iter().filter(|c| c.starts_with(want)).collect();
+                match matches.as_slice() {
+                    [one] => one.to_string(),
+                    [] => bail!(
+                        "there is no chapter {want:?}; the chapters are: {}",
+                        all.join(", ")
+                    ),
+                    many => bail!(
+                        "{want:?} could be any of {}; give more of the name",
+                        many.iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }
+            };
+            if !chosen.contains(&found) {
+                chosen.push(found);
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// Loads one chapter and its `chapter.toml`; a missing or malformed file is an error naming it.
+    pub fn chapter(&self, name: &str) -> Result<Chapter> {
+        let dir = self.exercises_dir().join(name);
+        if !dir.is_dir() {
+            bail!(
+                "there is no chapter {name:?} (no directory {})",
+                dir.display()
+            );
+        }
+        let toml_path = dir.join("chapter.toml");
+        if !toml_path.is_file() {
+            bail!(
+                "chapter {name} has no chapter.toml (expected {})",
+                toml_path.display()
+            );
+        }
+        let info = ChapterInfo::load(&toml_path)?;
+        Ok(Chapter {
+            name: name.to_string(),
+            solution_dir: self.solutions_dir().join(name),
+            dir,
+            info,
+        })
+    }
+}
+
+/// Whether `dir` has a `Cargo.toml` with a `[workspace]` table and an `exercises/` folder.
+fn is_workbook_root(dir: &Path) -> bool {
+    if !dir.join("exercises").is_dir() {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+        return false;
+    };
+    text.parse::<toml::Table>()
+        .map(|t| t.contains_key("workspace"))
+        .unwrap_or(false)
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// The number of test processes to run at once by default: the machine's cores.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}

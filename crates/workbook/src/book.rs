@@ -1,0 +1,206 @@
+//! `workbook book`: builds the mdBook in `book/` with mdBook as a library.
+//!
+//! mdBook only logs a broken `{{#include}}` and renders the page anyway, and an anchor that is not
+//! in the file silently includes nothing; both are errors here, naming the page and the link.
+
+use anyhow::{Context, Result, bail};
+use mdbook_driver::MDBook;
+use mdbook_driver::book::BookItem;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
+
+/// Builds the book whose root (with `book.toml`) is `book_dir` into `dest`, or into the book's own
+/// build directory (`book/book/`). Returns where the HTML went.
+pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
+    if !book_dir.join("book.toml").is_file() {
+        bail!("{} has no book.toml", book_dir.display());
+    }
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(Collect(events.clone()));
+    let built = tracing::subscriber::with_default(subscriber, || -> Result<PathBuf> {
+        let mut book = MDBook::load(book_dir)
+            .with_context(|| format!("loading the book in {}", book_dir.display()))?;
+        if let Some(dest) = dest {
+            book.config.build.build_dir = std::path::absolute(dest)
+                .with_context(|| format!("resolving {}", dest.display()))?;
+        }
+        check_includes(&book)?;
+        book.build()
+            .with_context(|| format!("building the book in {}", book_dir.display()))?;
+        Ok(book.root.join(&book.config.build.build_dir))
+    });
+    let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut errors = Vec::new();
+    for (level, text) in events {
+        if level == tracing::Level::ERROR {
+            errors.push(text);
+        } else {
+            eprintln!("warning: {text}");
+        }
+    }
+    let out = built?;
+    if !errors.is_empty() {
+        bail!(
+            "mdBook reported {} error(s):\n  {}",
+            errors.len(),
+            errors.join("\n  ")
+        );
+    }
+    Ok(out)
+}
+
+/// Checks every `{{#include file:anchor}}` and `{{#rustdoc_include ...}}` of every page: the file
+/// exists and, for a named anchor, holds `ANCHOR: name` and `ANCHOR_END: name`.
+fn check_includes(book: &MDBook) -> Result<()> {
+    let src = book.source_dir();
+    let mut errors = Vec::new();
+    for item in book.iter() {
+        let BookItem::Chapter(chapter) = item else {
+            continue;
+        };
+        let Some(page) = &chapter.path else {
+            continue;
+        };
+        let page_dir = src
+            .join(page)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or(src.clone());
+        for (file, anchor) in includes(&chapter.content) {
+            let path = page_dir.join(&file);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                errors.push(format!(
+                    "{}: includes {file}, which does not exist ({})",
+                    page.display(),
+                    path.display()
+                ));
+                continue;
+            };
+            if let Some(anchor) = anchor
+                && !has_anchor(&text, &anchor)
+            {
+                errors.push(format!(
+                    "{}: includes {file}:{anchor}, but that file has no `ANCHOR: {anchor}` … \
+                     `ANCHOR_END: {anchor}` pair",
+                    page.display()
+                ));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        bail!("broken includes in the book:\n  {}", errors.join("\n  "))
+    }
+}
+
+/// The `(file, named anchor)` of each include link in a page (line ranges give no anchor).
+fn includes(content: &str) -> Vec<(String, Option<String>)> {
+    let mut found = Vec::new();
+    let mut rest = content;
+    while let Some(start) = rest.find("{{#") {
+        let escaped = rest[..start].ends_with('\\');
+        let after = &rest[start + 3..];
+        let Some(end) = after.find("}}") else {
+            break;
+        };
+        let inner = after[..end].trim();
+        rest = &after[end + 2..];
+        if escaped {
+            continue;
+        }
+        let mut words = inner.split_whitespace();
+        let (Some(kind), Some(target)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if kind != "include" && kind != "rustdoc_include" {
+            continue;
+        }
+        let (file, anchor) = match target.split_once(':') {
+            Some((file, spec)) => {
+                let first = spec.split(':').next().unwrap_or("");
+                let is_range = first.is_empty() || first.chars().all(|c| c.is_ascii_digit());
+                (file, (!is_range).then(|| first.to_string()))
+            }
+            None => (target, None),
+        };
+        found.push((file.to_string(), anchor));
+    }
+    found
+}
+
+fn has_anchor(text: &str, anchor: &str) -> bool {
+    let marker = |prefix: &str| {
+        text.lines().any(|line| {
+            line.find(prefix).is_some_and(|i| {
+                let name = line[i + prefix.len()..].trim_start();
+                let end = name
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                    .unwrap_or(name.len());
+                &name[..end] == anchor
+            })
+        })
+    };
+    marker("ANCHOR:") && marker("ANCHOR_END:")
+}
+
+/// Keeps mdBook's warnings and errors (their messages) for `build` to report.
+struct Collect(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> Layer<S> for Collect {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: LayerContext<'_, S>) {
+        let level = *event.metadata().level();
+        if level > tracing::Level::WARN {
+            return;
+        }
+        let mut text = Message(String::new());
+        event.record(&mut text);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((level, text.0));
+    }
+}
+
+struct Message(String);
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if !self.0.is_empty() {
+            self.0.push(' ');
+        }
+        if field.name() == "message" {
+            self.0.push_str(&format!("{value:?}"));
+        } else {
+            self.0.push_str(&format!("{}={value:?}", field.name()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_named_anchors_and_skips_ranges_and_escapes() {
+        let page = "a {{#include ../x.rs:setup}} b {{#include y.rs:3:5}} \\{{#include z.rs}} \
+                    {{#rustdoc_include w.rs}} {{#title T}}";
+        assert_eq!(
+            includes(page),
+            vec![
+                ("../x.rs".to_string(), Some("setup".to_string())),
+                ("y.rs".to_string(), None),
+                ("w.rs".to_string(), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_anchor_needs_both_markers() {
+        assert!(has_anchor("// ANCHOR: a\nx\n// ANCHOR_END: a\n", "a"));
+        assert!(!has_anchor("// ANCHOR: a\nx\n", "a"));
+        assert!(!has_anchor("// ANCHOR: ab\n// ANCHOR_END: ab\n", "a"));
+    }
+}

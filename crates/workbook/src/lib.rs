@@ -1,0 +1,51 @@
+//! The GPU Memory Workbook's CLI, as a library so that its tests (and a future grader) can use the
+//! same pieces: the repository ([`app_state`]), `chapter.toml` ([`chapter`]), scratch workspaces
+//! ([`scratch`]), the per-test-process runner ([`runner`]), and one module per command.
+
+pub mod app_state;
+pub mod book;
+pub mod chapter;
+pub mod cli;
+pub mod doctor;
+pub mod runner;
+pub mod scratch;
+pub mod verify;
+
+use anyhow::Result;
+use app_state::Repo;
+use cli::{Cli, Command};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Runs the parsed command line; `Ok` carries the exit status (failures found are not errors).
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Doctor => Ok(match doctor::run() {
+            doctor::Health::Good => ExitCode::SUCCESS,
+            doctor::Health::Broken => ExitCode::FAILURE,
+        }),
+        Command::Verify(args) => {
+            let repo = Repo::from_option(cli.root.as_deref())?;
+            let options = verify::VerifyOptions {
+                jobs: args
+                    .jobs
+                    .map(usize::from)
+                    .unwrap_or_else(app_state::default_jobs),
+                timeout: Duration::from_secs(args.timeout),
+            };
+            let reports = verify::verify(&repo, &args.chapters, &options)?;
+            print!("{}", verify::summary(&reports));
+            Ok(if reports.iter().all(|r| r.problems.is_empty()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Book(args) => {
+            let repo = Repo::from_option(cli.root.as_deref())?;
+            let out = book::build(&repo.book_dir(), args.dest.as_deref())?;
+            println!("book written to {}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! The test runner: builds a crate's test executables, lists their tests, and runs every test in
+//! a process of its own with a time limit.
+//!
+//! One process per test means a test that hangs, aborts or exits cannot take the others down, and
+//! each test starts with a fresh runtime (gpumem's statistics are per process). `verify` and the
+//! grader use the same three steps: [`build_tests`], [`list_tests`], [`run_tests`].
+
+use anyhow::{Context, Result, bail};
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// How many of the compiler's errors a build failure keeps.
+pub const MAX_BUILD_ERRORS: usize = 3;
+/// The default time limit of one test.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default number of bytes kept of each of a test's output streams.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024;
+
+/// A test executable built by cargo (one per file in `tests/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestBinary {
+    /// The test target's name (`tests/choose.rs` is `choose`).
+    pub target: String,
+    /// The executable.
+    pub path: PathBuf,
+}
+
+/// Why a crate's tests could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildFailure {
+    /// The compiler's first errors as it renders them (at most [`MAX_BUILD_ERRORS`]), or cargo's
+    /// own error output when there were none.
+    pub errors: Vec<String>,
+}
+
+impl BuildFailure {
+    /// The first line of the first error, for tables.
+    pub fn headline(&self) -> &str {
+        self.errors
+            .first()
+            .and_then(|e| e.lines().find(|l| !l.trim().is_empty()))
+            .unwrap_or("the build failed")
+    }
+}
+
+/// Builds the integration tests (`tests/*.rs`) of `package` in the workspace at `workspace` with
+/// `cargo test --no-run`, into `target_dir`. A compile error is `Ok(Err(..))`; only failing to run
+/// cargo at all is an `Err`.
+pub fn build_tests(
+    workspace: &Path,
+    package: &str,
+    target_dir: &Path,
+) -> Result<Result<Vec<TestBinary>, BuildFailure>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .args(["test", "--no-run", "--quiet", "--message-format=json"])
+        .args(["--package", package, "--test", "*"])
+        .current_dir(workspace)
+        .env("CARGO_TARGET_DIR", target_dir)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| {
+            format!(
+                "running {} test --no-run in {}",
+                Path::new(&cargo).display(),
+                workspace.display()
+            )
+        })?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut binaries = Vec::new();
+    let mut errors = Vec::new();
+    for line in stdout.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        match msg["reason"].as_str() {
+            Some("compiler-artifact") => {
+                let is_test = msg["profile"]["test"].as_bool() == Some(true);
+                let is_test_target = msg["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|k| k == "test"));
+                if let (true, true, Some(exe), Some(name)) = (
+                    is_test,
+                    is_test_target,
+                    msg["executable"].as_str(),
+                    msg["target"]["name"].as_str(),
+                ) {
+                    binaries.push(TestBinary {
+                        target: name.to_string(),
+                        path: PathBuf::from(exe),
+                    });
+                }
+            }
+            Some("compiler-message") => {
+                let message = &msg["message"];
+                let text = message["message"].as_str().unwrap_or("");
+                let summary =
+                    text.starts_with("aborting due to") || text.starts_with("could not compile");
+                if message["level"] == "error" && !summary && errors.len() < MAX_BUILD_ERRORS {
+                    let rendered = message["rendered"].as_str().unwrap_or(text);
+                    errors.push(rendered.trim_end().to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    if output.status.success() && errors.is_empty() {
+        binaries.sort_by(|a, b| a.target.cmp(&b.target));
+        return Ok(Ok(binaries));
+    }
+    if errors.is_empty() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = &lines[lines.len().saturating_sub(20)..];
+        errors.push(if tail.is_empty() {
+            format!("cargo failed ({}) without saying why", output.status)
+        } else {
+            tail.join("\n")
+        });
+    }
+    Ok(Err(BuildFailure { errors }))
+}
+
+/// One test to run: an executable and the exact name of a test in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestCase {
+    /// The test target it belongs to.
+    pub target: String,
+    /// The executable.
+    pub binary: PathBuf,
+    /// The test's name as the executable lists it (`choose_device_rejects_garbage`).
+    pub name: String,
+}
+
+/// The tests of every executable, in the order `<exe> --list --format terse` gives them.
+pub fn list_tests(binaries: &[TestBinary]) -> Result<Vec<TestCase>> {
+    let mut cases = Vec::new();
+    for bin in binaries {
+        let output = Command::new(&bin.path)
+            .args(["--list", "--format", "terse"])
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("listing the tests of {}", bin.path.display()))?;
+        if !output.status.success() {
+            bail!(
+                "{} --list failed ({}): {}",
+                bin.path.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            if let Some(name) = line.strip_suffix(": test") {
+                cases.push(TestCase {
+                    target: bin.target.clone(),
+                    binary: bin.path.clone(),
+                    name: name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(cases)
+}
+
+/// How tests are run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// A test still running after this long is killed and counts as timed out.
+    pub timeout: Duration,
+    /// Bytes kept of each of stdout and stderr (the rest is read and dropped).
+    pub output_limit: usize,
+    /// The working directory of the test process (cargo uses the package's root).
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables for the test process.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            timeout: DEFAULT_TIMEOUT,
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+            cwd: None,
+            env: Vec::new(),
+        }
+    }
+}
+
+impl RunOptions {
+    /// Options for the tests of the crate at `crate_dir`, as `cargo test` would run them there.
+    pub fn for_crate(crate_dir: &Path, timeout: Duration) -> RunOptions {
+        RunOptions {
+            timeout,
+            cwd: Some(crate_dir.to_path_buf()),
+            env: vec![(
+                "CARGO_MANIFEST_DIR".to_string(),
+                crate_dir.to_string_lossy().into_owned(),
+            )],
+            ..RunOptions::default()
+        }
+    }
+}
+
+/// What became of one test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The process exited with status 0 after the harness reported the test `ok`.
+    Passed,
+    /// It panicked, exited otherwise, or was killed by a signal.
+    Failed,
+    /// It ran past the time limit and was killed.
+    TimedOut,
+}
+
+/// The result of running one test.
+#[derive(Debug, Clone)]
+pub struct TestOutcome {
+    /// The test.
+    pub case: TestCase,
+    /// Passed, failed or timed out.
+    pub verdict: Verdict,
+    /// One line saying why it did not pass (the panic message, ...); empty when it passed.
+    pub message: String,
+    /// The test process's standard output, cut at the output limit.
+    pub stdout: String,
+    /// The test process's standard error, cut at the output limit.
+    pub stderr: String,
+    /// Wall-clock time of the process.
+    pub duration: Duration,
+}
+
+/// Runs one test in a process of its own: `<exe> --exact <name> --test-threads=1`.
+///
+/// Passing needs exit status 0 *and* the harness's `test <name> ... ok` line: a test that calls
+/// `std::process::exit(0)` stops the harness before it reports, and is judged failed.
+pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
+    let mut cmd = Command::new(&case.binary);
+    cmd.args([
+        "--exact",
+        &case.name,
+        "--test-threads=1",
+        "--include-ignored",
+    ])
+    .args(["--color", "never"])
+    .env("RUST_BACKTRACE", "0")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    // A group of its own, so a timeout kills whatever the test started too.
+    .process_group(0);
+    if let Some(cwd) = &options.cwd {
+        cmd.current_dir(cwd);
+    }
+    for (key, value) in &options.env {
+        cmd.env(key, value);
+    }
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", case.binary.display()))?;
+    let pid = child.id() as libc::pid_t;
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| read_capped(s, options.output_limit));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| read_capped(s, options.output_limit));
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(options.timeout) {
+        Ok(status) => Some(status.context("waiting for a test process")?),
+        Err(mpsc::RecvTimeoutError::Timeout) => None,
+        Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of a test process"),
+    };
+    // SAFETY: signals the process group the test leads: the test itself when it timed out (it is
+    // not reaped yet, so its id is still ours), and anything it left behind in either case.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let status = match status {
+        Some(status) => Some(status),
+        None => {
+            let _ = rx.recv();
+            None
+        }
+    };
+    let _ = waiter.join();
+    let duration = start.elapsed();
+    let stdout = stdout.map(join_reader).unwrap_or_default();
+    let stderr = stderr.map(join_reader).unwrap_or_default();
+    let (verdict, message) = judge(case, status, options.timeout, &stdout, &stderr);
+    Ok(TestOutcome {
+        case: case.clone(),
+        verdict,
+        message,
+        stdout,
+        stderr,
+        duration,
+    })
+}
+
+/// Runs `cases` with at most `jobs` processes at once; results come back in the order of
+/// `cases`, and `on_done` hears of each as it finishes (for progress).
+pub fn run_tests(
+    cases: &[TestCase],
+    options: &RunOptions,
+    jobs: usize,
+    on_done: &(dyn Fn(&TestOutcome) + Sync),
+) -> Result<Vec<TestOutcome>> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<TestOutcome>>>> =
+        Mutex::new((0..cases.len()).map(|_| None).collect());
+    let workers = jobs.max(1).min(cases.len());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(case) = cases.get(i) else {
+                        break;
+                    };
+                    let outcome = run_test(case, options);
+                    if let Ok(outcome) = &outcome {
+                        on_done(outcome);
+                    }
+                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(outcome);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("a test was never run"))))
+        .collect()
+}
+
+type Reader = std::thread::JoinHandle<String>;
+
+/// Reads a stream to its end on a thread of its own, keeping the first `limit` bytes.
+fn read_capped(mut stream: impl Read + Send + 'static, limit: usize) -> Reader {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut dropped = 0usize;
+        let mut buf = [0u8; 8192];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = limit.saturating_sub(kept.len()).min(n);
+                    kept.extend_from_slice(&buf[..room]);
+                    dropped += n - room;
+                }
+            }
+        }
+        let mut text = String::from_utf8_lossy(&kept).into_owned();
+        if dropped > 0 {
+            text.push_str(&format!("\n[... {dropped} more bytes not kept]\n"));
+        }
+        text
+    })
+}
+
+fn join_reader(reader: Reader) -> String {
+    reader.join().unwrap_or_default()
+}
+
+fn judge(
+    case: &TestCase,
+    status: Option<ExitStatus>,
+    timeout: Duration,
+    stdout: &str,
+    stderr: &str,
+) -> (Verdict, String) {
+    let Some(status) = status else {
+        return (
+            Verdict::TimedOut,
+            format!("timed out after {} s and was killed", timeout.as_secs_f64()),
+        );
+    };
+    let reported_ok = stdout
+        .lines()
+        .any(|l| l.trim_end() == format!("test {} ... ok", case.name));
+    if status.success() {
+        if reported_ok {
+            return (Verdict::Passed, String::new());
+        }
+        return (
+            Verdict::Failed,
+            "the process exited with status 0 before the test harness reported a result \
+             (does the code call std::process::exit?)"
+                .to_string(),
+        );
+    }
+    let why = failure_message(&case.name, stdout, stderr);
+    let message = match (status.code(), status.signal()) {
+        (_, Some(signal)) => {
+            let killed = format!("killed by signal {signal} ({})", signal_name(signal));
+            match why {
+                Some(why) => format!("{why} ({killed})"),
+                None => killed,
+            }
+        }
+        (code, None) => why.unwrap_or_else(|| {
+            format!(
+                "exited with status {} without a panic message",
+                code.unwrap_or(-1)
+            )
+        }),
+    };
+    (Verdict::Failed, message)
+}
+
+/// The most useful line of a failed test's output: the panic message (with an assertion's
+/// `left`/`right` folded in), else the first line of what the test printed, else of stderr.
+pub fn failure_message(name: &str, stdout: &str, stderr: &str) -> Option<String> {
+    for text in [stdout, stderr] {
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if line.starts_with("thread '") && line.contains("panicked at") {
+                let mut parts = Vec::new();
+                for next in lines.by_ref() {
+                    let t = next.trim();
+                    if t.is_empty() || t.starts_with("note: ") || t.starts_with("stack backtrace:")
+                    {
+                        break;
+                    }
+                    parts.push(t.to_string());
+                    if parts.len() == 4 {
+                        break;
+                    }
+                }
+                if parts.is_empty() {
+                    parts.push(line.trim().to_string());
+                }
+                return Some(shorten(&parts.join("; ")));
+            }
+        }
+    }
+    let section = format!("---- {name} stdout ----");
+    if let Some(pos) = stdout.find(&section) {
+        let first = stdout[pos + section.len()..]
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("----") && !l.starts_with("failures:"));
+        if let Some(first) = first {
+            return Some(shorten(first));
+        }
+    }
+    stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(shorten)
+}
+
+fn shorten(text: &str) -> String {
+    const MAX: usize = 300;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_message_folds_in_left_and_right() {
+        let out = "running 1 test\ntest t ... FAILED\n\nfailures:\n\n---- t stdout ----\n\
+                   thread 't' panicked at tests/a.rs:3:5:\nassertion `left == right` failed\n  \
+                   left: 1\n right: 2\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(
+            failure_message("t", out, "").as_deref(),
+            Some("assertion `left == right` failed; left: 1; right: 2")
+        );
+    }
+
+    #[test]
+    fn a_returned_error_is_the_message_when_nothing_panicked() {
+        let out = "---- t stdout ----\nError: no such device\n\nfailures:\n    t\n";
+        assert_eq!(
+            failure_message("t", out, "").as_deref(),
+            Some("Error: no such device")
+        );
+    }
+}

@@ -1,0 +1,267 @@
+//! Scratch workspaces: a pristine exercise crate with a chosen `src/` laid over it, in a workspace
+//! of its own outside `exercises/`, so the shipped files are never touched.
+//!
+//! `verify` lays the stub's own `src/` or the reference solution's; grading lays a learner's. Files
+//! are written only when their content differs, so cargo rebuilds only what changed.
+
+use anyhow::{Context, Result, bail};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// What every scratch workspace's root manifest shares, taken from the repository's `Cargo.toml`:
+/// `[workspace.package]`, `[workspace.dependencies]` (path dependencies made absolute, so `gpumem`
+/// is the repository's `crates/gpumem`), `[workspace.lints]` and the `[profile.*]` tables.
+#[derive(Debug, Clone)]
+pub struct WorkspaceTemplate {
+    base: toml::Table,
+    lock: Option<Vec<u8>>,
+}
+
+impl WorkspaceTemplate {
+    /// Reads the repository's root `Cargo.toml` (and `Cargo.lock`, which pins the scratch builds).
+    pub fn from_repo_root(root: &Path) -> Result<WorkspaceTemplate> {
+        let path = root.join("Cargo.toml");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let manifest: toml::Table = text
+            .parse()
+            .with_context(|| format!("{} is not valid TOML", path.display()))?;
+        let Some(ws) = manifest.get("workspace").and_then(|w| w.as_table()) else {
+            bail!("{} has no [workspace] table", path.display());
+        };
+        let mut workspace = toml::Table::new();
+        workspace.insert(
+            "resolver".into(),
+            ws.get("resolver").cloned().unwrap_or("3".into()),
+        );
+        for key in ["package", "lints"] {
+            if let Some(value) = ws.get(key) {
+                workspace.insert(key.into(), value.clone());
+            }
+        }
+        if let Some(deps) = ws.get("dependencies").and_then(|d| d.as_table()) {
+            let mut deps = deps.clone();
+            for (name, dep) in deps.iter_mut() {
+                let Some(dep) = dep.as_table_mut() else {
+                    continue;
+                };
+                if let Some(rel) = dep.get("path").and_then(|p| p.as_str()) {
+                    let abs = root.join(rel);
+                    let Some(abs) = abs.to_str() else {
+                        bail!("the path of dependency {name} is not UTF-8");
+                    };
+                    dep.insert("path".into(), abs.into());
+                }
+            }
+            workspace.insert("dependencies".into(), deps.into());
+        }
+        let mut base = toml::Table::new();
+        base.insert("workspace".into(), workspace.into());
+        if let Some(profile) = manifest.get("profile") {
+            base.insert("profile".into(), profile.clone());
+        }
+        let lock = match std::fs::read(root.join("Cargo.lock")) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).context("reading Cargo.lock"),
+        };
+        Ok(WorkspaceTemplate { base, lock })
+    }
+
+    /// The root manifest of a scratch workspace whose only member is the directory `member`.
+    pub fn manifest(&self, member: &str) -> Result<String> {
+        let mut table = self.base.clone();
+        if let Some(ws) = table.get_mut("workspace").and_then(|w| w.as_table_mut()) {
+            ws.insert("members".into(), vec![toml::Value::from(member)].into());
+        }
+        let body = toml::to_string(&table).context("writing a scratch Cargo.toml")?;
+        Ok(format!(
+            "# Written by `workbook`: a scratch workspace. Edits here are overwritten.\n{body}"
+        ))
+    }
+}
+
+/// A scratch workspace ready to build, locked for this process until dropped.
+#[derive(Debug)]
+pub struct ScratchCrate {
+    /// The workspace root (holds `Cargo.toml`, `Cargo.lock` and the crate).
+    pub workspace: PathBuf,
+    /// The crate's directory inside the workspace.
+    pub crate_dir: PathBuf,
+    /// The crate's package name.
+    pub package: String,
+    _lock: DirLock,
+}
+
+/// Lays out `workspace_dir` as a workspace holding a copy of the crate at `crate_src` whose `src/`
+/// is replaced by the contents of `src_overlay` (the crate's own `src/` for the stub).
+///
+/// Only files inside `workspace_dir` (and a lock file beside it) are written.
+pub fn prepare(
+    template: &WorkspaceTemplate,
+    workspace_dir: &Path,
+    crate_src: &Path,
+    src_overlay: &Path,
+) -> Result<ScratchCrate> {
+    let package = package_name(crate_src)?;
+    if !src_overlay.is_dir() {
+        bail!(
+            "{} does not exist: there is no src/ to lay over {package}",
+            src_overlay.display()
+        );
+    }
+    let parent = workspace_dir
+        .parent()
+        .context("a scratch workspace needs a parent directory")?;
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let lock = DirLock::acquire(&workspace_dir.with_extension("lock"))?;
+    let crate_dir = workspace_dir.join(&package);
+    let skip = |rel: &Path| {
+        rel == Path::new("src")
+            || rel == Path::new("target")
+            || rel == Path::new("Cargo.lock")
+            || rel == Path::new(".git")
+    };
+    mirror(crate_src, &crate_dir, Path::new(""), &skip)
+        .with_context(|| format!("copying {} to {}", crate_src.display(), crate_dir.display()))?;
+    mirror(src_overlay, &crate_dir.join("src"), Path::new(""), &|_| {
+        false
+    })
+    .with_context(|| {
+        format!(
+            "copying {} to {}",
+            src_overlay.display(),
+            crate_dir.join("src").display()
+        )
+    })?;
+    // The workspace root holds only what we write: anything else is removed.
+    write_if_changed(
+        &workspace_dir.join("Cargo.toml"),
+        template.manifest(&package)?.as_bytes(),
+    )?;
+    if let Some(lock_bytes) = &template.lock {
+        write_if_changed(&workspace_dir.join("Cargo.lock"), lock_bytes)?;
+    }
+    for entry in std::fs::read_dir(workspace_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name != "Cargo.toml" && name != "Cargo.lock" && name.to_str() != Some(&package) {
+            remove(&entry.path())?;
+        }
+    }
+    Ok(ScratchCrate {
+        workspace: workspace_dir.to_path_buf(),
+        crate_dir,
+        package,
+        _lock: lock,
+    })
+}
+
+/// The `[package] name` of the crate at `dir`.
+pub fn package_name(dir: &Path) -> Result<String> {
+    let path = dir.join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let manifest: toml::Table = text
+        .parse()
+        .with_context(|| format!("{} is not valid TOML", path.display()))?;
+    manifest
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+        .map(str::to_string)
+        .with_context(|| format!("{} has no [package] name", path.display()))
+}
+
+/// Makes `to` a copy of `from`: files written only when they differ, extra entries removed.
+/// `skip` gets paths relative to the top of the copy.
+fn mirror(from: &Path, to: &Path, rel: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<()> {
+    if to.is_file() || to.is_symlink() {
+        remove(to)?;
+    }
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    let mut kept = Vec::new();
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let rel_path = rel.join(&name);
+        if skip(&rel_path) {
+            continue;
+        }
+        let source = entry.path();
+        let dest = to.join(&name);
+        // Metadata follows symbolic links: a linked file is copied as a file.
+        let meta =
+            std::fs::metadata(&source).with_context(|| format!("reading {}", source.display()))?;
+        if meta.is_dir() {
+            mirror(&source, &dest, &rel_path, skip)?;
+        } else {
+            let bytes =
+                std::fs::read(&source).with_context(|| format!("reading {}", source.display()))?;
+            if dest.is_dir() {
+                remove(&dest)?;
+            }
+            write_if_changed(&dest, &bytes)?;
+        }
+        kept.push(name);
+    }
+    // Skipped entries are someone else's (the overlaid `src/`): they stay.
+    for entry in std::fs::read_dir(to)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !kept.contains(&name) && !skip(&rel.join(&name)) {
+            remove(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+fn remove(path: &Path) -> Result<()> {
+    let result = if path.is_dir() && !path.is_symlink() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    result.with_context(|| format!("removing {}", path.display()))
+}
+
+/// An exclusive advisory lock (`flock`) on a file, held until dropped: two workbook runs never
+/// rewrite or build the same scratch workspace at once.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+impl DirLock {
+    /// Takes the lock on `path` (created if needed), waiting for another holder if there is one.
+    pub fn acquire(path: &Path) -> Result<DirLock> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening the lock file {}", path.display()))?;
+        let fd = file.as_raw_fd();
+        // SAFETY: flock only takes a lock on a descriptor we own and keep open.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            eprintln!(
+                "waiting for another workbook run that holds {}",
+                path.display()
+            );
+            // SAFETY: as above.
+            if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        Ok(DirLock { _file: file })
+    }
+}
