@@ -1,1 +1,101 @@
-//! placeholder
+//! Chapter 2, "Moving data between host and device": every copy is counted, so count yours.
+//!
+//! Replace each `todo!()` (look for `// TODO`), then run `cargo test -p ch02-transfers`.
+//! `dev.transfer_stats()` shows the copies made on a device so far; `dev.reset_transfer_stats()`
+//! sets them back to zero.
+
+use gpumem::{Buffer, Device};
+
+// ANCHOR: upload
+/// Copies `data` from the host into a new buffer on `dev`: exactly one host-to-device copy.
+pub fn upload(_dev: &Device, _data: &[f32]) -> gpumem::Result<Buffer<f32>> {
+    // TODO: one call on the device does it.
+    todo!("upload")
+}
+
+/// Copies a buffer back into a new host `Vec`: exactly one device-to-host copy.
+pub fn download(_buf: &Buffer<f32>) -> gpumem::Result<Vec<f32>> {
+    // TODO: one call on the buffer does it.
+    todo!("download")
+}
+
+/// Sends `data` to `dev` and brings it back: one copy each way, and nothing left allocated after.
+pub fn round_trip(_dev: &Device, _data: &[f32]) -> gpumem::Result<Vec<f32>> {
+    // TODO: use upload and download.
+    todo!("round_trip")
+}
+// ANCHOR_END: upload
+
+// ANCHOR: zeros_on_device
+/// `n` zeros in a new buffer on `dev`, made where they are used: no copy at all.
+///
+/// Building `vec![0.0; n]` on the host and uploading it gives the same buffer, but pays one
+/// host-to-device copy of `4 × n` bytes (and `4 × n` bytes of host memory) for nothing.
+pub fn zeros_on_device(_dev: &Device, _n: usize) -> gpumem::Result<Buffer<f32>> {
+    // TODO: ask the device for the memory directly.
+    todo!("zeros_on_device")
+}
+// ANCHOR_END: zeros_on_device
+
+// ANCHOR: batched_upload
+/// All `rows`, one after the other, in one new buffer on `dev`: one host-to-device copy in all,
+/// however many rows there are (none when there is no element to copy).
+///
+/// Uploading row by row moves the same bytes in `rows.len()` copies; every copy has a fixed cost
+/// (a driver call, a synchronisation), so many small copies are slower than one large one.
+pub fn batched_upload(_dev: &Device, _rows: &[Vec<f32>]) -> gpumem::Result<Buffer<f32>> {
+    // TODO: gather the rows on the host first, then copy once.
+    todo!("batched_upload")
+}
+// ANCHOR_END: batched_upload
+
+// ANCHOR: independent_copy
+/// A copy of `buf` on the same device that stays unchanged when `buf` is overwritten: its own
+/// memory, filled by one device-to-device copy.
+///
+/// Careful: `buf.to(buf.device())` is not a copy. On the same device `to` hands back a buffer
+/// that shares `buf`'s memory, as torch's `x.to(x.device)` returns `x` itself.
+pub fn independent_copy(_buf: &Buffer<f32>) -> gpumem::Result<Buffer<f32>> {
+    // TODO: find the Buffer method that is torch's `clone()`.
+    todo!("independent_copy")
+}
+// ANCHOR_END: independent_copy
+
+// ANCHOR: predict_pipeline
+/// Your predictions for this pipeline, run on a fresh device with zeroed counters:
+///
+/// ```text
+/// let host: Vec<f32> = vec![1.0; 1000];      // 4000 bytes of host memory
+/// let x = dev.from_slice(&host)?;
+/// let y = x.to(&dev)?;                        // the same device
+/// let z = x.try_clone()?;
+/// let w = dev.alloc::<f32>(1000)?;
+/// drop(host);                                 // torch: `del x` (the host tensor)
+/// let back = z.to_vec()?;
+/// // measure: transfer_stats(), memory_allocated(), live blocks (allocation.all.current)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipelinePrediction {
+    /// Host-to-device copies (`transfer_stats().host_to_device.copies`).
+    pub host_to_device_copies: u64,
+    /// Bytes moved host-to-device (`transfer_stats().host_to_device.bytes`).
+    pub host_to_device_bytes: u64,
+    /// Device-to-device copies (`transfer_stats().device_to_device.copies`).
+    pub device_to_device_copies: u64,
+    /// Device-to-host copies (`transfer_stats().device_to_host.copies`).
+    pub device_to_host_copies: u64,
+    /// Live blocks at the end (`memory_stats()["allocation.all.current"]`).
+    pub live_blocks: u64,
+    /// `memory_allocated()` at the end, in bytes.
+    pub allocated: u64,
+    /// How much `memory_allocated()` falls when `host` is dropped, in bytes.
+    pub freed_by_dropping_host: u64,
+}
+
+/// Predict, then measure: fill in the numbers you expect BEFORE running the tests.
+pub fn predict_pipeline() -> PipelinePrediction {
+    // TODO: write your prediction, e.g.
+    // PipelinePrediction { host_to_device_copies: 2, host_to_device_bytes: 8000, ... }
+    todo!("predict_pipeline")
+}
+// ANCHOR_END: predict_pipeline
