@@ -121,7 +121,7 @@ fn main() -> anyhow::Result<()> {
         losses.push(loss.to_vec()?[0]);
     }
     println!(
-        "  8 losses copied to the host:          memory_allocated - model = {:>5} B",
+        "  8 losses copied to the host:     memory_allocated - model = {:>5} B",
         dev.memory_allocated() - base
     );
     drop(model);
