@@ -51,6 +51,8 @@ pub(crate) struct DeviceInner {
     pub(crate) allocator: CachingAllocator<Arc<dyn DeviceBackend>>,
     pub(crate) host: HostAllocator,
     pub(crate) transfers: TransferCounters,
+    /// The CUDA backend itself, for the compute layer (cuBLAS, NVRTC); `None` on cpu.
+    pub(crate) cuda: Option<Arc<crate::backend_cuda::CudaBackend>>,
     /// A malformed setting found when the device was opened, reported by every allocation.
     setup_error: Option<(String, String)>,
 }
@@ -139,12 +141,17 @@ impl Device {
             return Ok(dev.clone());
         }
         let mut setup_error = None;
+        let mut cuda = None;
         let backend: Arc<dyn DeviceBackend> = match kind {
             DeviceKind::Cpu => Arc::new(CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
                 setup_error = Some(setting_parts(e));
                 physical_memory()
             }))),
-            DeviceKind::Cuda(n) => Arc::new(crate::backend_cuda::CudaBackend::new(n)?),
+            DeviceKind::Cuda(n) => {
+                let backend = Arc::new(crate::backend_cuda::CudaBackend::new(n)?);
+                cuda = Some(backend.clone());
+                backend
+            }
         };
         let config = AllocatorConfig::from_env().unwrap_or_else(|e| {
             setup_error.get_or_insert(setting_parts(e));
@@ -157,6 +164,7 @@ impl Device {
                 host: HostAllocator::default(),
                 backend,
                 transfers: TransferCounters::default(),
+                cuda,
                 setup_error,
             }),
         };
@@ -188,6 +196,11 @@ impl Device {
             }),
             None => Ok(()),
         }
+    }
+
+    /// The CUDA backend of a `cuda:N` device (its context serves cuBLAS and NVRTC); `None` on cpu.
+    pub fn cuda_backend(&self) -> Option<&crate::backend_cuda::CudaBackend> {
+        self.inner.cuda.as_deref()
     }
 
     /// The caching allocator of this device.

@@ -17,6 +17,7 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod history;
+pub mod ops;
 pub mod pinned;
 pub mod stats;
 pub mod stream;
