@@ -64,6 +64,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
     show_stats(&dev);
+    print!("\n{}", dev.memory_summary());
     drop(mlp);
     dev.empty_cache();
 
@@ -153,7 +154,7 @@ fn main() -> anyhow::Result<()> {
         "  after empty_cache(): reserved {}",
         exact(dev.memory_reserved())
     );
-    println!("\n{}", dev.memory_summary());
+    print!("\n{}", dev.memory_summary());
     drop(live);
     dev.empty_cache();
     Ok(())
