@@ -101,10 +101,10 @@ impl Device {
 
     /// `cuda:0` when CUDA is available, else `cpu`.
     pub fn best() -> Device {
-        if crate::cuda::is_available() {
-            if let Ok(dev) = Device::cuda(0) {
-                return dev;
-            }
+        if crate::cuda::is_available()
+            && let Ok(dev) = Device::cuda(0)
+        {
+            return dev;
         }
         Device::cpu()
     }

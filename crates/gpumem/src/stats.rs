@@ -257,7 +257,7 @@ impl MemoryStats {
             rule('='),
             "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ".into(),
         ];
-        let rows: [(&str, &str, fn(u64, u64) -> String); 9] = [
+        let rows: [(&str, &str, Formatter); 9] = [
             ("allocated_bytes", "Allocated memory", format_size),
             ("active_bytes", "Active memory", format_size),
             ("requested_bytes", "Requested memory", format_size),
@@ -303,7 +303,10 @@ impl MemoryStats {
     }
 }
 
-fn row(name: &str, cols: [u64; 4], pref: [u64; 4], fmt: fn(u64, u64) -> String) -> String {
+/// Formats a cell given its value and the "all" row's value (which picks the unit).
+type Formatter = fn(u64, u64) -> String;
+
+fn row(name: &str, cols: [u64; 4], pref: [u64; 4], fmt: Formatter) -> String {
     format!(
         " {name:<21} | {} | {} | {} | {} ",
         fmt(cols[0], pref[0]),

@@ -19,7 +19,7 @@ fn threads_allocating_at_once_never_share_or_lose_memory() {
                     let len = 1 + (seed % 70_000) as usize;
                     let tag = thread << 16 | step;
                     held.push((tag, dev.from_slice(&vec![tag; len]).expect("allocation")));
-                    if seed % 3 == 0 || held.len() > 12 {
+                    if seed.is_multiple_of(3) || held.len() > 12 {
                         let (tag, buf) = held.swap_remove(seed as usize % held.len());
                         let data = buf.to_vec().expect("read back");
                         assert!(

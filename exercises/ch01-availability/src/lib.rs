@@ -2,6 +2,8 @@
 //! the first allocations cost.
 //!
 //! Replace each `todo!()` (look for `// TODO`), then run `cargo test -p ch01-availability`.
+//! Parameters start with `_` only so that the unsolved crate builds without warnings: remove the
+//! `_` when you use one.
 
 use gpumem::Device;
 
@@ -31,7 +33,7 @@ pub fn cuda_status() -> String {
 /// Case and surrounding spaces do not matter (` CUDA:0 ` is `cuda:0`).
 /// Build it from `gpumem::cuda::is_available()`, `Device::cpu()` and `Device::cuda(n)`.
 /// (`Device::by_name` already does all this: do not call it here, compare with it afterwards.)
-pub fn choose_device(_override: Option<&str>) -> gpumem::Result<Device> {
+pub fn choose_device(_requested: Option<&str>) -> gpumem::Result<Device> {
     // TODO: normalise the text, then match on it.
     todo!("choose_device")
 }

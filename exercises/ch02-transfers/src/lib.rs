@@ -3,6 +3,9 @@
 //! Replace each `todo!()` (look for `// TODO`), then run `cargo test -p ch02-transfers`.
 //! `dev.transfer_stats()` shows the copies made on a device so far; `dev.reset_transfer_stats()`
 //! sets them back to zero.
+//!
+//! Parameters start with `_` only so that the unsolved crate builds without warnings: remove the
+//! `_` when you use one.
 
 use gpumem::{Buffer, Device};
 

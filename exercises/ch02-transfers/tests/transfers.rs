@@ -151,7 +151,7 @@ fn zeros_on_device_holds_zeros() {
 }
 
 #[test]
-fn zeros_on_device_costs_the_memory_of_an_upload_without_the_copy() {
+fn zeros_on_device_costs_the_memory_of_from_slice_without_the_copy() {
     let dev = gpumem::testing::device();
     let made_there = zeros_on_device(&dev, 1000).expect("zeros");
     let after_zeros = dev.transfer_stats();

@@ -36,8 +36,8 @@ pub fn cuda_status() -> String {
 /// Case and surrounding spaces do not matter (` CUDA:0 ` is `cuda:0`).
 /// Build it from `gpumem::cuda::is_available()`, `Device::cpu()` and `Device::cuda(n)`.
 /// (`Device::by_name` already does all this: do not call it here, compare with it afterwards.)
-pub fn choose_device(override_: Option<&str>) -> gpumem::Result<Device> {
-    let given = override_.unwrap_or("auto");
+pub fn choose_device(requested: Option<&str>) -> gpumem::Result<Device> {
+    let given = requested.unwrap_or("auto");
     let bad = || Error::BadDeviceName {
         value: given.to_string(),
     };
