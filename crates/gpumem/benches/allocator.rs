@@ -47,7 +47,7 @@ fn alloc_free_pairs(c: &mut Criterion) {
                 |b, &n| {
                     let raw = allocator.backend();
                     b.iter(|| {
-                        let ptr = raw.reserve(black_box(n)).ok().expect("raw reservation");
+                        let ptr = raw.reserve(black_box(n)).expect("raw reservation");
                         // SAFETY: ptr was just reserved with size n and is not used.
                         unsafe { raw.release(ptr, n) };
                     })
