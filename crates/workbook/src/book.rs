@@ -20,8 +20,12 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
     let events = Arc::new(Mutex::new(Vec::new()));
     let subscriber = tracing_subscriber::registry().with(Collect(events.clone()));
     let built = tracing::subscriber::with_default(subscriber, || -> Result<PathBuf> {
-        let mut book = MDBook::load(book_dir)
-            .with_context(|| format!("loading the book in {}", book_dir.display()))?;
+        let mut book = MDBook::load(book_dir).with_context(|| {
+            format!(
+                "loading the book in {} (SUMMARY.md and every page it lists)",
+                book_dir.display()
+            )
+        })?;
         if let Some(dest) = dest {
             book.config.build.build_dir = std::path::absolute(dest)
                 .with_context(|| format!("resolving {}", dest.display()))?;

@@ -5,7 +5,12 @@ use std::path::PathBuf;
 
 /// The GPU Memory Workbook: check this machine, verify the exercises, build the book.
 #[derive(Debug, Parser)]
-#[command(name = "workbook", version)]
+#[command(
+    name = "workbook",
+    version,
+    after_help = "Exit status: 0 when all is well, 1 when the command found problems (a failing \
+                  check, a malformed setting), 2 when it could not run."
+)]
 pub struct Cli {
     /// The workbook's root directory (default: found from the current directory upwards).
     #[arg(long, global = true, env = "WORKBOOK_ROOT", value_name = "DIR")]

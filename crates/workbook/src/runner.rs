@@ -172,7 +172,8 @@ pub fn list_tests(binaries: &[TestBinary]) -> Result<Vec<TestCase>> {
 pub struct RunOptions {
     /// A test still running after this long is killed and counts as timed out.
     pub timeout: Duration,
-    /// Bytes kept of each of stdout and stderr (the rest is read and dropped).
+    /// Bytes kept of each of stdout and stderr, half from the start and half from the end (the
+    /// rest is read and dropped).
     pub output_limit: usize,
     /// The working directory of the test process (cargo uses the package's root).
     pub cwd: Option<PathBuf>,
@@ -345,26 +346,33 @@ pub fn run_tests(
 
 type Reader = std::thread::JoinHandle<String>;
 
-/// Reads a stream to its end on a thread of its own, keeping the first `limit` bytes.
+/// Reads a stream to its end on a thread of its own, keeping its first and last `limit / 2` bytes:
+/// a test's panic message comes after whatever it printed.
 fn read_capped(mut stream: impl Read + Send + 'static, limit: usize) -> Reader {
     std::thread::spawn(move || {
-        let mut kept = Vec::new();
+        let half = limit / 2;
+        let mut head = Vec::new();
+        let mut tail = std::collections::VecDeque::new();
         let mut dropped = 0usize;
         let mut buf = [0u8; 8192];
         loop {
             match stream.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let room = limit.saturating_sub(kept.len()).min(n);
-                    kept.extend_from_slice(&buf[..room]);
-                    dropped += n - room;
+                    let to_head = half.saturating_sub(head.len()).min(n);
+                    head.extend_from_slice(&buf[..to_head]);
+                    tail.extend(&buf[to_head..n]);
+                    let excess = tail.len().saturating_sub(limit - half);
+                    tail.drain(..excess);
+                    dropped += excess;
                 }
             }
         }
-        let mut text = String::from_utf8_lossy(&kept).into_owned();
+        let mut text = String::from_utf8_lossy(&head).into_owned();
         if dropped > 0 {
-            text.push_str(&format!("\n[... {dropped} more bytes not kept]\n"));
+            text.push_str(&format!("\n[... {dropped} bytes not kept ...]\n"));
         }
+        text.push_str(&String::from_utf8_lossy(tail.make_contiguous()));
         text
     })
 }

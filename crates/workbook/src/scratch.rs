@@ -94,16 +94,24 @@ pub struct ScratchCrate {
     _lock: DirLock,
 }
 
-/// Lays out `workspace_dir` as a workspace holding a copy of the crate at `crate_src` whose `src/`
-/// is replaced by the contents of `src_overlay` (the crate's own `src/` for the stub).
+/// Lays out `workspace_dir` as a workspace holding, in its directory `member`, a copy of the crate
+/// at `crate_src` whose `src/` is replaced by the contents of `src_overlay` (the crate's own `src/`
+/// for the stub).
 ///
-/// Only files inside `workspace_dir` (and a lock file beside it) are written.
+/// `member` must differ between scratch crates that share a target directory: cargo names a
+/// workspace member's artifacts after its path *relative to the workspace root*, so two scratch
+/// crates at the same relative path would overwrite each other's executables and could even be
+/// taken for fresh. Only files inside `workspace_dir` (and a lock file beside it) are written.
 pub fn prepare(
     template: &WorkspaceTemplate,
     workspace_dir: &Path,
+    member: &str,
     crate_src: &Path,
     src_overlay: &Path,
 ) -> Result<ScratchCrate> {
+    if member.is_empty() || member.contains(['/', '\\']) || member.starts_with('.') {
+        bail!("{member:?} cannot name a scratch crate's directory");
+    }
     let package = package_name(crate_src)?;
     if !src_overlay.is_dir() {
         bail!(
@@ -116,7 +124,7 @@ pub fn prepare(
         .context("a scratch workspace needs a parent directory")?;
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     let lock = DirLock::acquire(&workspace_dir.with_extension("lock"))?;
-    let crate_dir = workspace_dir.join(&package);
+    let crate_dir = workspace_dir.join(member);
     let skip = |rel: &Path| {
         rel == Path::new("src")
             || rel == Path::new("target")
@@ -138,7 +146,7 @@ pub fn prepare(
     // The workspace root holds only what we write: anything else is removed.
     write_if_changed(
         &workspace_dir.join("Cargo.toml"),
-        template.manifest(&package)?.as_bytes(),
+        template.manifest(member)?.as_bytes(),
     )?;
     if let Some(lock_bytes) = &template.lock {
         write_if_changed(&workspace_dir.join("Cargo.lock"), lock_bytes)?;
@@ -146,7 +154,7 @@ pub fn prepare(
     for entry in std::fs::read_dir(workspace_dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        if name != "Cargo.toml" && name != "Cargo.lock" && name.to_str() != Some(&package) {
+        if name != "Cargo.toml" && name != "Cargo.lock" && name.to_str() != Some(member) {
             remove(&entry.path())?;
         }
     }

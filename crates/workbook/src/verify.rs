@@ -239,7 +239,8 @@ fn run_phase(
 ) -> Result<PhaseRun> {
     let label = format!("  {} {}", chapter.name, phase.label());
     eprintln!("{label}: building the tests");
-    let scratch = scratch::prepare(template, workspace, &chapter.dir, src)?;
+    let member = format!("{}-{}", chapter.name, phase.label());
+    let scratch = scratch::prepare(template, workspace, &member, &chapter.dir, src)?;
     let start = Instant::now();
     let built = runner::build_tests(&scratch.workspace, &scratch.package, target_dir)?;
     let build_time = start.elapsed();
@@ -361,7 +362,7 @@ pub fn render(report: &ChapterReport) -> String {
         .chapter
         .as_ref()
         .map(|c| c.info.title.as_str())
-        .unwrap_or("(no chapter.toml)");
+        .unwrap_or("(no usable chapter.toml)");
     let _ = write!(out, "\n{} — {title}", report.name);
     if let Some(chapter) = &report.chapter {
         let _ = write!(
@@ -484,14 +485,11 @@ pub fn render(report: &ChapterReport) -> String {
     } else {
         let _ = writeln!(out, "  {} problem(s):", report.problems.len());
         for p in &report.problems {
-            match &p.test {
-                Some(test) => {
-                    let _ = writeln!(out, "    ✗ {test}: {}", p.what);
-                }
-                None => {
-                    let _ = writeln!(out, "    ✗ {}", p.what);
-                }
-            }
+            let text = match &p.test {
+                Some(test) => format!("{test}: {}", p.what),
+                None => p.what.clone(),
+            };
+            let _ = writeln!(out, "    ✗ {}", indent_rest(&text, "      "));
         }
     }
     out
@@ -516,8 +514,13 @@ pub fn summary(reports: &[ChapterReport]) -> String {
             problems.len()
         );
         for p in problems {
-            let _ = writeln!(out, "  {p}");
+            let _ = writeln!(out, "  {}", indent_rest(&p.to_string(), "    "));
         }
     }
     out
+}
+
+/// `text` with every line after the first indented by `indent` (multi-line messages in lists).
+fn indent_rest(text: &str, indent: &str) -> String {
+    text.trim_end().replace('\n', &format!("\n{indent}"))
 }

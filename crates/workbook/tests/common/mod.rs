@@ -1,0 +1,139 @@
+//! Helpers shared by the integration tests: a throwaway workbook repository and the built binary.
+
+// Each test file uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tempfile::TempDir;
+
+/// A workbook repository in a temporary directory: a root `Cargo.toml` with `[workspace]`,
+/// `exercises/` and `solutions/`. Its crates depend on nothing, so they build in a second.
+pub struct FakeRepo {
+    dir: TempDir,
+}
+
+/// A chapter.toml with `exercises` exercises of two hints each, each listing the given tests.
+pub fn chapter_toml(title: &str, exercises: &[(&str, &[&str])]) -> String {
+    let mut out = format!("title = {title:?}\n");
+    for (name, tests) in exercises {
+        out.push_str(&format!(
+            "\n[[exercises]]\nname = {name:?}\ntitle = \"Do {name}\"\nhints = [\"gently\", \"explicitly\"]\n[exercises.tests]\n"
+        ));
+        for test in *tests {
+            out.push_str(&format!("{test} = 1\n"));
+        }
+    }
+    out
+}
+
+impl FakeRepo {
+    /// An empty workbook.
+    pub fn new() -> FakeRepo {
+        let dir = tempfile::Builder::new()
+            .prefix("workbook-test-")
+            .tempdir()
+            .expect("a temporary directory");
+        let repo = FakeRepo { dir };
+        repo.write(
+            "Cargo.toml",
+            "[workspace]\nresolver = \"3\"\nmembers = [\"exercises/*\"]\n\n\
+             [workspace.package]\nedition = \"2024\"\nversion = \"0.1.0\"\n\n\
+             [workspace.dependencies]\n\n[profile.test]\ndebug = \"line-tables-only\"\n",
+        );
+        std::fs::create_dir_all(repo.root().join("exercises")).expect("exercises/");
+        std::fs::create_dir_all(repo.root().join("solutions")).expect("solutions/");
+        repo
+    }
+
+    /// The repository's root.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `text` to `rel` under the root, creating directories.
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let path = self.root().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("a directory");
+        }
+        std::fs::write(&path, text).expect("a file");
+        path
+    }
+
+    /// A chapter crate: stub `src/lib.rs`, `tests/<file>.rs`, the solution's `src/lib.rs`, and a
+    /// `chapter.toml` when given.
+    pub fn chapter(
+        &self,
+        name: &str,
+        stub: &str,
+        solution: &str,
+        tests: &[(&str, &str)],
+        chapter_toml: Option<&str>,
+    ) {
+        self.write(
+            &format!("exercises/{name}/Cargo.toml"),
+            &format!(
+                "[package]\nname = \"{name}\"\nedition.workspace = true\nversion.workspace = true\npublish = false\n"
+            ),
+        );
+        self.write(&format!("exercises/{name}/src/lib.rs"), stub);
+        self.write(&format!("solutions/{name}/src/lib.rs"), solution);
+        for (file, text) in tests {
+            self.write(&format!("exercises/{name}/tests/{file}.rs"), text);
+        }
+        if let Some(toml) = chapter_toml {
+            self.write(&format!("exercises/{name}/chapter.toml"), toml);
+        }
+    }
+
+    /// Every file under `exercises/` and `solutions/` with its bytes, to prove nothing changed.
+    pub fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        snapshot(&[self.root().join("exercises"), self.root().join("solutions")])
+    }
+}
+
+/// Every file under `dirs` with its bytes, sorted by path.
+pub fn snapshot(dirs: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path, bytes));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        walk(dir, &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// The built `workbook` binary, with the workbook's settings cleared from its environment.
+pub fn workbook() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_workbook"));
+    for var in [
+        "WORKBOOK_ROOT",
+        "GPUMEM_DEVICE",
+        "GPUMEM_ALLOC_CONF",
+        "GPUMEM_CPU_CAPACITY",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// Runs a command and returns its output, stdout and stderr as text.
+pub fn run(cmd: &mut Command) -> (Output, String, String) {
+    let output = cmd.output().expect("the workbook binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output, stdout, stderr)
+}
