@@ -1,0 +1,426 @@
+//! Element-wise ops and reductions: NVRTC kernels on cuda (`kernels.cu`), the same arithmetic in
+//! plain loops on cpu. Values are computed in f32 and stored in the buffer's type; sums accumulate
+//! in f64.
+
+use super::cuda::{self, Arg};
+use super::{Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
+use crate::backend::RawStream;
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::error::Result;
+
+/// Launches `kernel` on `dev` (a cuda device) over `work` items.
+fn launch(dev: &Device, op: &'static str, kernel: &str, work: usize, args: &[Arg]) -> Result<()> {
+    let backend = dev
+        .cuda_backend()
+        .ok_or_else(|| invalid(op, dev, "kernels run on cuda devices only".into()))?;
+    cuda::kernels(backend)?.launch(op, kernel, work as u64, args)
+}
+
+/// A copy of a cpu buffer's contents, for an op whose output shares memory with this input.
+///
+/// # Safety
+/// `buf` is on the cpu device and nothing writes to it during the call.
+unsafe fn snapshot<T: Float>(buf: &Buffer<T>) -> Vec<T> {
+    // SAFETY: the caller's contract.
+    unsafe { host(buf) }.to_vec()
+}
+
+/// Reads the single value of a one-element result buffer (one device-to-host copy, like `.item()`).
+fn read_scalar<T: crate::buffer::Element>(buf: &Buffer<T>) -> Result<T> {
+    let mut out = [T::default()];
+    buf.copy_to_slice(&mut out)?;
+    Ok(out[0])
+}
+
+/// `x ← s·x` in place (`x.mul_(s)`).
+pub fn scale<T: Float>(x: &mut Buffer<T>, s: f32) -> Result<()> {
+    const OP: &str = "scale";
+    let dev = x.device().clone();
+    let n = x.len();
+    if n == 0 {
+        return Ok(());
+    }
+    if dev.is_cuda() {
+        let kernel = format!("scale_{}", T::DTYPE);
+        return launch(
+            &dev,
+            OP,
+            &kernel,
+            n,
+            &[Arg::Ptr(x.ptr()), Arg::F32(s), Arg::U64(n as u64)],
+        );
+    }
+    // SAFETY: a cpu buffer we hold exclusively for the call.
+    for v in unsafe { host_mut(x) } {
+        *v = T::from_f32(v.to_f32() * s);
+    }
+    Ok(())
+}
+
+/// `y ← α·x + y` in place (`y.add_(x, alpha=α)`): a product then a sum, each rounded, never fused.
+/// x and y may differ in type (f16 gradients into f32 accumulators).
+pub fn axpy<X: Float, Y: Float>(alpha: f32, x: &Buffer<X>, y: &mut Buffer<Y>) -> Result<()> {
+    const OP: &str = "axpy";
+    let dev = y.device().clone();
+    same_device(OP, &dev, x)?;
+    expect_len(OP, "x (the length of y)", x, y.len())?;
+    let n = y.len();
+    if n == 0 {
+        return Ok(());
+    }
+    if dev.is_cuda() {
+        let kernel = format!("axpy_{}_{}", X::DTYPE, Y::DTYPE);
+        let args = [
+            Arg::F32(alpha),
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(y.ptr()),
+            Arg::U64(n as u64),
+        ];
+        return launch(&dev, OP, &kernel, n, &args);
+    }
+    let aliased = same_memory(x, y);
+    // SAFETY (both): cpu buffers; when they share memory, x is copied before y is written.
+    let copy = if aliased {
+        Some(unsafe { snapshot(x) })
+    } else {
+        None
+    };
+    let xs = match &copy {
+        Some(v) => v.as_slice(),
+        None => unsafe { host(x) },
+    };
+    let ys = unsafe { host_mut(y) };
+    for (yv, xv) in ys.iter_mut().zip(xs) {
+        *yv = Y::from_f32(alpha * xv.to_f32() + yv.to_f32());
+    }
+    Ok(())
+}
+
+/// `max(x, 0)` into a new buffer (`torch.relu`); NaN stays NaN and -0 becomes 0.
+pub fn relu<T: Float>(x: &Buffer<T>) -> Result<Buffer<T>> {
+    const OP: &str = "relu";
+    let dev = x.device().clone();
+    let n = x.len();
+    let mut y = dev.alloc::<T>(n)?;
+    if n == 0 {
+        return Ok(y);
+    }
+    if dev.is_cuda() {
+        let kernel = format!("relu_{}", T::DTYPE);
+        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
+        launch(&dev, OP, &kernel, n, &args)?;
+        return Ok(y);
+    }
+    // SAFETY: cpu buffers; y is a fresh block.
+    let (xs, ys) = unsafe { (host(x), host_mut(&mut y)) };
+    for (yv, xv) in ys.iter_mut().zip(xs) {
+        let v = xv.to_f32();
+        *yv = T::from_f32(if v > 0.0 || v.is_nan() { v } else { 0.0 });
+    }
+    Ok(y)
+}
+
+/// ReLU's backward from its output (what torch saves): `grad` where `output > 0`, else 0.
+pub fn relu_backward<T: Float>(grad_output: &Buffer<T>, output: &Buffer<T>) -> Result<Buffer<T>> {
+    const OP: &str = "relu_backward";
+    let dev = grad_output.device().clone();
+    same_device(OP, &dev, output)?;
+    expect_len(
+        OP,
+        "output (the length of grad_output)",
+        output,
+        grad_output.len(),
+    )?;
+    let n = output.len();
+    let mut dx = dev.alloc::<T>(n)?;
+    if n == 0 {
+        return Ok(dx);
+    }
+    if dev.is_cuda() {
+        let kernel = format!("relu_backward_{}", T::DTYPE);
+        let args = [
+            Arg::Ptr(grad_output.ptr()),
+            Arg::Ptr(output.ptr()),
+            Arg::Ptr(dx.ptr()),
+            Arg::U64(n as u64),
+        ];
+        launch(&dev, OP, &kernel, n, &args)?;
+        return Ok(dx);
+    }
+    // SAFETY: cpu buffers; dx is a fresh block.
+    let (g, o, d) = unsafe { (host(grad_output), host(output), host_mut(&mut dx)) };
+    for ((dv, gv), ov) in d.iter_mut().zip(g).zip(o) {
+        *dv = if ov.to_f32() <= 0.0 {
+            T::from_f32(0.0)
+        } else {
+            T::from_f32(gv.to_f32())
+        };
+    }
+    Ok(dx)
+}
+
+/// `x` converted to another type in a new buffer (`x.to(dtype)`), rounding to nearest even.
+pub fn cast<S: Float, D: Float>(x: &Buffer<S>) -> Result<Buffer<D>> {
+    const OP: &str = "cast";
+    let dev = x.device().clone();
+    let n = x.len();
+    let mut y = dev.alloc::<D>(n)?;
+    if n == 0 {
+        return Ok(y);
+    }
+    if dev.is_cuda() {
+        let kernel = format!("cast_{}_{}", S::DTYPE, D::DTYPE);
+        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
+        launch(&dev, OP, &kernel, n, &args)?;
+        return Ok(y);
+    }
+    // SAFETY: cpu buffers; y is a fresh block.
+    let (xs, ys) = unsafe { (host(x), host_mut(&mut y)) };
+    for (yv, xv) in ys.iter_mut().zip(xs) {
+        *yv = D::from_f32(xv.to_f32());
+    }
+    Ok(y)
+}
+
+/// The sum of all elements, accumulated in f64 and rounded to f32 once (`x.sum().item()`).
+pub fn sum<T: Float>(x: &Buffer<T>) -> Result<f32> {
+    const OP: &str = "sum";
+    let dev = x.device().clone();
+    let n = x.len();
+    if n == 0 {
+        return Ok(0.0);
+    }
+    let mut total = dev.alloc::<f64>(1)?;
+    if dev.is_cuda() {
+        let kernel = format!("sum_{}", T::DTYPE);
+        let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64), Arg::Ptr(total.ptr())];
+        launch(&dev, OP, &kernel, n, &args)?;
+    } else {
+        // SAFETY: cpu buffers; total is a fresh block.
+        let (xs, t) = unsafe { (host(x), host_mut(&mut total)) };
+        t[0] = xs.iter().map(|v| v.to_f32() as f64).sum();
+    }
+    Ok(read_scalar(&total)? as f32)
+}
+
+/// `x[r, c] ← x[r, c] + bias[c]` in place for a `[rows×cols]` matrix (a layer's bias, one per
+/// output column); the bias may be of another type (f32 master bias on f16 activations).
+pub fn add_bias<T: Float, B: Float>(
+    x: &mut Buffer<T>,
+    bias: &Buffer<B>,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
+    const OP: &str = "add_bias";
+    let dev = x.device().clone();
+    same_device(OP, &dev, bias)?;
+    let n = product(OP, &dev, rows, cols)?;
+    expect_len(OP, &format!("x [{rows}×{cols}]"), x, n)?;
+    expect_len(OP, &format!("bias [{cols}]"), bias, cols)?;
+    if n == 0 {
+        return Ok(());
+    }
+    if dev.is_cuda() {
+        let kernel = format!("add_bias_{}_{}", T::DTYPE, B::DTYPE);
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(bias.ptr()),
+            Arg::U64(rows as u64),
+            Arg::U64(cols as u64),
+        ];
+        return launch(&dev, OP, &kernel, n, &args);
+    }
+    // SAFETY (all): cpu buffers; when they share memory the bias is copied before x is written.
+    let copy = if same_memory(x, bias) {
+        Some(unsafe { snapshot(bias) })
+    } else {
+        None
+    };
+    let b = match &copy {
+        Some(v) => v.as_slice(),
+        None => unsafe { host(bias) },
+    };
+    let xs = unsafe { host_mut(x) };
+    for row in xs.chunks_exact_mut(cols) {
+        for (xv, bv) in row.iter_mut().zip(b) {
+            *xv = T::from_f32(xv.to_f32() + bv.to_f32());
+        }
+    }
+    Ok(())
+}
+
+/// Column sums of a `[rows×cols]` matrix into `out` (f32, `cols` long), accumulated in f64: added
+/// to what `out` holds when `accumulate` (a bias gradient's `+=`), else overwriting it.
+pub fn col_sum_into<T: Float>(
+    x: &Buffer<T>,
+    rows: usize,
+    cols: usize,
+    out: &mut Buffer<f32>,
+    accumulate: bool,
+) -> Result<()> {
+    const OP: &str = "col_sum_into";
+    let dev = out.device().clone();
+    same_device(OP, &dev, x)?;
+    expect_len(
+        OP,
+        &format!("x [{rows}×{cols}]"),
+        x,
+        product(OP, &dev, rows, cols)?,
+    )?;
+    expect_len(OP, &format!("out [{cols}]"), out, cols)?;
+    if same_memory(x, out) {
+        return Err(invalid(
+            OP,
+            &dev,
+            "the output shares memory with the input".into(),
+        ));
+    }
+    if cols == 0 {
+        return Ok(());
+    }
+    if dev.is_cuda() {
+        let kernel = format!("col_sum_{}", T::DTYPE);
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::U64(rows as u64),
+            Arg::U64(cols as u64),
+            Arg::Ptr(out.ptr()),
+            Arg::U32(accumulate as u32),
+        ];
+        return launch(&dev, OP, &kernel, cols, &args);
+    }
+    // SAFETY: cpu buffers in different blocks.
+    let (xs, o) = unsafe { (host(x), host_mut(out)) };
+    for (c, ov) in o.iter_mut().enumerate() {
+        let mut s = 0f64;
+        for r in 0..rows {
+            s += xs[r * cols + c].to_f32() as f64;
+        }
+        *ov = if accumulate {
+            (*ov as f64 + s) as f32
+        } else {
+            s as f32
+        };
+    }
+    Ok(())
+}
+
+/// Multiplies by `inv_scale` in place and says whether any element was inf or NaN before it
+/// (torch's `_amp_foreach_non_finite_check_and_unscale_`, which a `GradScaler` calls).
+pub fn unscale_and_check<T: Float>(x: &mut Buffer<T>, inv_scale: f32) -> Result<bool> {
+    const OP: &str = "unscale_and_check";
+    let dev = x.device().clone();
+    let n = x.len();
+    if n == 0 {
+        return Ok(false);
+    }
+    let mut found = dev.alloc::<u32>(1)?;
+    if dev.is_cuda() {
+        let kernel = format!("unscale_check_{}", T::DTYPE);
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::F32(inv_scale),
+            Arg::U64(n as u64),
+            Arg::Ptr(found.ptr()),
+        ];
+        launch(&dev, OP, &kernel, n, &args)?;
+    } else {
+        // SAFETY: cpu buffers; found is a fresh block.
+        let (xs, f) = unsafe { (host_mut(x), host_mut(&mut found)) };
+        for v in xs {
+            let value = v.to_f32();
+            if !value.is_finite() {
+                f[0] = 1;
+            }
+            if inv_scale != 1.0 {
+                *v = T::from_f32(value * inv_scale);
+            }
+        }
+    }
+    Ok(read_scalar(&found)? != 0)
+}
+
+/// Mean squared error `mean((pred − target)²)`, accumulated in f64 (`F.mse_loss(pred, target)`).
+pub fn mse_loss<T: Float>(pred: &Buffer<T>, target: &Buffer<T>) -> Result<f32> {
+    const OP: &str = "mse_loss";
+    let dev = pred.device().clone();
+    same_device(OP, &dev, target)?;
+    expect_len(OP, "target (the length of pred)", target, pred.len())?;
+    let n = pred.len();
+    if n == 0 {
+        return Ok(f32::NAN); // torch: the mean of nothing
+    }
+    let mut total = dev.alloc::<f64>(1)?;
+    if dev.is_cuda() {
+        let kernel = format!("sq_diff_sum_{}", T::DTYPE);
+        let args = [
+            Arg::Ptr(pred.ptr()),
+            Arg::Ptr(target.ptr()),
+            Arg::U64(n as u64),
+            Arg::Ptr(total.ptr()),
+        ];
+        launch(&dev, OP, &kernel, n, &args)?;
+    } else {
+        // SAFETY: cpu buffers; total is a fresh block.
+        let (p, t, out) = unsafe { (host(pred), host(target), host_mut(&mut total)) };
+        out[0] = p
+            .iter()
+            .zip(t)
+            .map(|(a, b)| {
+                let d = a.to_f32() as f64 - b.to_f32() as f64;
+                d * d
+            })
+            .sum();
+    }
+    Ok((read_scalar(&total)? / n as f64) as f32)
+}
+
+/// The gradient of [`mse_loss`] times `grad_scale`: `c·(pred − target)` with `c = 2·grad_scale/n`,
+/// in a new buffer. `grad_scale` is 1/k for k accumulation steps, or a loss scale for f16.
+pub fn mse_loss_backward<T: Float>(
+    pred: &Buffer<T>,
+    target: &Buffer<T>,
+    grad_scale: f32,
+) -> Result<Buffer<T>> {
+    const OP: &str = "mse_loss_backward";
+    let dev = pred.device().clone();
+    same_device(OP, &dev, target)?;
+    expect_len(OP, "target (the length of pred)", target, pred.len())?;
+    let n = pred.len();
+    let mut g = dev.alloc::<T>(n)?;
+    if n == 0 {
+        return Ok(g);
+    }
+    let c = (2.0 * grad_scale as f64 / n as f64) as f32;
+    if dev.is_cuda() {
+        let kernel = format!("mse_grad_{}", T::DTYPE);
+        let args = [
+            Arg::Ptr(pred.ptr()),
+            Arg::Ptr(target.ptr()),
+            Arg::Ptr(g.ptr()),
+            Arg::F32(c),
+            Arg::U64(n as u64),
+        ];
+        launch(&dev, OP, &kernel, n, &args)?;
+        return Ok(g);
+    }
+    // SAFETY: cpu buffers; g is a fresh block.
+    let (p, t, out) = unsafe { (host(pred), host(target), host_mut(&mut g)) };
+    for ((o, a), b) in out.iter_mut().zip(p).zip(t) {
+        *o = T::from_f32(c * (a.to_f32() - b.to_f32()));
+    }
+    Ok(g)
+}
+
+/// Sets every element to zero in place (`x.zero_()`, as `optimizer.zero_grad()` does for gradients).
+pub fn zero<T: Float>(x: &mut Buffer<T>) -> Result<()> {
+    let bytes = x.size_bytes();
+    if bytes == 0 {
+        return Ok(());
+    }
+    let dev = x.device().clone();
+    // SAFETY: the buffer's block is ours and holds at least `bytes` bytes; the default stream
+    // orders the fill after earlier work on the buffer.
+    unsafe { dev.inner.backend.memset_zero(x.ptr(), bytes, RawStream(0)) }
+}
