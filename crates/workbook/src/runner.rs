@@ -210,7 +210,7 @@ impl RunOptions {
 /// What became of one test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// The process exited with status 0 after the harness reported the test `ok`.
+    /// The process exited with status 0 after the harness reported one test passed.
     Passed,
     /// It panicked, exited otherwise, or was killed by a signal.
     Failed,
@@ -237,8 +237,8 @@ pub struct TestOutcome {
 
 /// Runs one test in a process of its own: `<exe> --exact <name> --test-threads=1`.
 ///
-/// Passing needs exit status 0 *and* the harness's `test <name> ... ok` line: a test that calls
-/// `std::process::exit(0)` stops the harness before it reports, and is judged failed.
+/// Passing needs exit status 0 *and* the harness's `test result: ok. 1 passed` line: a test that
+/// calls `std::process::exit(0)` stops the harness before it reports, and is judged failed.
 pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     let mut cmd = Command::new(&case.binary);
     cmd.args([
@@ -256,6 +256,25 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     .process_group(0);
     if let Some(cwd) = &options.cwd {
         cmd.current_dir(cwd);
+    }
+    // In a group of its own the test no longer hears the terminal's Ctrl-C: have the kernel kill
+    // it when the thread that started it goes, so an interrupted run leaves no test spinning.
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+        // system calls.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            })
+        };
     }
     for (key, value) in &options.env {
         cmd.env(key, value);
@@ -394,9 +413,10 @@ fn judge(
             format!("timed out after {} s and was killed", timeout.as_secs_f64()),
         );
     };
+    // The harness's closing line, alone on its line even when the test wrote to the raw stdout.
     let reported_ok = stdout
         .lines()
-        .any(|l| l.trim_end() == format!("test {} ... ok", case.name));
+        .any(|l| l.starts_with("test result: ok. 1 passed;"));
     if status.success() {
         if reported_ok {
             return (Verdict::Passed, String::new());

@@ -58,6 +58,13 @@ fn prints_a_lot_then_panics() {
 }
 
 #[test]
+fn writes_to_the_raw_stdout() {
+    use std::io::Write;
+    // Not captured by the harness: lands in the middle of its `test ... ok` line.
+    let _ = std::io::stdout().write_all(b"raw, no newline");
+}
+
+#[test]
 fn leaves_a_child_behind() {
     // The child inherits the test's output pipes; the runner must not wait for it.
     std::process::Command::new("sleep").arg("30").spawn().expect("sleep starts");
@@ -84,7 +91,7 @@ fn run_crafted() -> Vec<TestOutcome> {
     assert_eq!(binaries.len(), 1);
     assert_eq!(binaries[0].target, "crafted");
     let cases = runner::list_tests(&binaries).expect("the tests list");
-    assert_eq!(cases.len(), 9, "{cases:?}");
+    assert_eq!(cases.len(), 10, "{cases:?}");
     let options = RunOptions {
         timeout: Duration::from_secs(2),
         output_limit: 4096,
@@ -146,6 +153,9 @@ fn each_test_gets_the_verdict_its_process_earns() {
     let ignored = outcome(&outcomes, "ignored_but_failing");
     assert_eq!(ignored.verdict, Verdict::Failed);
     assert_eq!(ignored.message, "ignored tests run too");
+
+    let raw = outcome(&outcomes, "writes_to_the_raw_stdout");
+    assert_eq!(raw.verdict, Verdict::Passed, "{raw:?}");
 
     let child = outcome(&outcomes, "leaves_a_child_behind");
     assert_eq!(child.verdict, Verdict::Passed, "{child:?}");
