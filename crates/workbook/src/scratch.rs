@@ -9,6 +9,9 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+/// The first line of every scratch manifest: marks a directory `prepare` may rewrite.
+const HEADER: &str = "# Written by `workbook`: a scratch workspace. Edits here are overwritten.\n";
+
 /// What every scratch workspace's root manifest shares, taken from the repository's `Cargo.toml`:
 /// `[workspace.package]`, `[workspace.dependencies]` (path dependencies made absolute, so `gpumem`
 /// is the repository's `crates/gpumem`), `[workspace.lints]` and the `[profile.*]` tables.
@@ -76,9 +79,7 @@ impl WorkspaceTemplate {
             ws.insert("members".into(), vec![toml::Value::from(member)].into());
         }
         let body = toml::to_string(&table).context("writing a scratch Cargo.toml")?;
-        Ok(format!(
-            "# Written by `workbook`: a scratch workspace. Edits here are overwritten.\n{body}"
-        ))
+        Ok(format!("{HEADER}{body}"))
     }
 }
 
@@ -124,6 +125,17 @@ pub fn prepare(
         .context("a scratch workspace needs a parent directory")?;
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     let lock = DirLock::acquire(&workspace_dir.with_extension("lock"))?;
+    // Whatever else is in the workspace directory is removed below: never do that to a directory
+    // that some earlier `prepare` did not make.
+    let manifest_path = workspace_dir.join("Cargo.toml");
+    let has_entries = std::fs::read_dir(workspace_dir).is_ok_and(|mut d| d.next().is_some());
+    let ours = std::fs::read_to_string(&manifest_path).is_ok_and(|t| t.starts_with(HEADER));
+    if has_entries && !ours {
+        bail!(
+            "refusing to use {} as a scratch workspace: it exists and was not made by workbook",
+            workspace_dir.display()
+        );
+    }
     let crate_dir = workspace_dir.join(member);
     let skip = |rel: &Path| {
         rel == Path::new("src")

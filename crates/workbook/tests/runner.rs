@@ -250,3 +250,30 @@ fn a_scratch_crate_takes_the_overlay_src_and_drops_stale_files() {
         "prepare wrote outside its workspace"
     );
 }
+
+#[test]
+fn prepare_refuses_a_directory_it_did_not_make() {
+    let repo = FakeRepo::new();
+    repo.chapter(
+        "lay",
+        "pub fn stub() {}\n",
+        "pub fn solved() {}\n",
+        &[],
+        None,
+    );
+    let precious = repo.write("precious/notes.txt", "keep me");
+    let template = WorkspaceTemplate::from_repo_root(repo.root()).expect("the template");
+    let err = scratch::prepare(
+        &template,
+        &repo.root().join("precious"),
+        "lay-x",
+        &repo.root().join("exercises/lay"),
+        &repo.root().join("exercises/lay/src"),
+    )
+    .expect_err("a foreign directory");
+    assert!(
+        err.to_string().contains("was not made by workbook"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(precious).unwrap(), "keep me");
+}
