@@ -673,15 +673,23 @@ impl State {
             if let Some(p) = prev {
                 self.block_mut(p).next = Some(id);
             }
-            {
+            // The pool key is built from local values: reading it back from the block right after
+            // writing its fields stalls store forwarding on the hot path.
+            let (rest_ptr, rest_size) = {
                 let r = self.block_mut(remaining);
                 r.prev = Some(id);
                 r.ptr += size as u64;
                 r.size -= size;
-            }
-            let key = self.key(remaining);
+                (r.ptr, r.size)
+            };
+            let key = PoolKey {
+                stream,
+                size: rest_size,
+                ptr: rest_ptr,
+                id: remaining,
+            };
             self.pool_mut(pool).insert(key);
-            let remaining_size = self.block(remaining).size as u64;
+            let remaining_size = rest_size as u64;
             if already_split {
                 // An inactive split block shrinks by `size`.
                 self.stats.inactive_split_bytes.decrease(pool, size as u64);
@@ -737,11 +745,22 @@ impl State {
                 net_bytes -= subsumed as i64;
             }
         }
-        let key = self.key(id);
+        let (key, is_split) = {
+            let b = self.block(id);
+            (
+                PoolKey {
+                    stream: b.stream,
+                    size: b.size,
+                    ptr: b.ptr,
+                    id,
+                },
+                b.is_split(),
+            )
+        };
         self.pool_mut(pool).insert(key);
-        if self.block(id).is_split() {
+        if is_split {
             net_blocks += 1;
-            net_bytes += self.block(id).size as i64;
+            net_bytes += key.size as i64;
         }
         apply_net(&mut self.stats.inactive_split, pool, net_blocks);
         apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
