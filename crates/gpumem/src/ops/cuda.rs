@@ -304,7 +304,13 @@ impl Kernels {
                     module = Some(m);
                     break;
                 }
-                Err(e) => failures.push(format!("{target:?}: {e}")),
+                Err(e) => {
+                    let missing = e.starts_with("NVRTC is not available");
+                    failures.push(format!("{target:?}: {e}"));
+                    if missing {
+                        break; // the next target needs NVRTC too
+                    }
+                }
             }
         }
         let module = module.ok_or_else(|| failures.join("\n"))?;
