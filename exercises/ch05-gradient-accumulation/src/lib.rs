@@ -1,0 +1,159 @@
+//! Chapter 5: gradient accumulation.
+//!
+//! Split a batch into micro-batches, let every micro-batch's backward pass add into the same
+//! gradient buffers with its loss weighted by its share of the batch, and step the optimizer once
+//! per batch. The gradient is the full batch's; the activations are one micro-batch's.
+//! Edit the items marked `TODO`.
+
+use gpumem::ops::{self, Mlp, MlpGrads, XorShift};
+use gpumem::{Buffer, Device, Result};
+use std::ops::Range;
+
+// ANCHOR: batch
+/// Training examples on the host: inputs `[rows × in_features]` and targets
+/// `[rows × out_features]`, row-major, one example per row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostBatch {
+    /// The inputs, `rows × in_features` values.
+    pub x: Vec<f32>,
+    /// The targets, `rows × out_features` values.
+    pub t: Vec<f32>,
+    /// Values per input row.
+    pub in_features: usize,
+    /// Values per target row.
+    pub out_features: usize,
+}
+
+impl HostBatch {
+    /// `rows` random examples: inputs and targets of magnitude in [0.1, 1), either sign.
+    pub fn random(
+        rng: &mut XorShift,
+        rows: usize,
+        in_features: usize,
+        out_features: usize,
+    ) -> HostBatch {
+        HostBatch {
+            x: rng.nonzero_vec(rows * in_features, 0.1, 1.0),
+            t: rng.nonzero_vec(rows * out_features, 0.1, 1.0),
+            in_features,
+            out_features,
+        }
+    }
+
+    /// Number of examples.
+    pub fn rows(&self) -> usize {
+        self.x.len().checked_div(self.in_features).unwrap_or(0)
+    }
+}
+
+/// A batch (or micro-batch) on the device.
+pub struct DeviceBatch {
+    /// The inputs, `[rows × in_features]`.
+    pub x: Buffer<f32>,
+    /// The targets, `[rows × out_features]`.
+    pub t: Buffer<f32>,
+    /// Number of examples.
+    pub rows: usize,
+}
+// ANCHOR_END: batch
+
+// ANCHOR: forward_backward
+/// One micro-batch's forward pass, loss and backward pass (torch: `loss = criterion(model(x), t)`,
+/// `(loss * loss_weight).backward()`). Adds `loss_weight ×` the gradient of this micro-batch's
+/// mean squared error into `grads` and returns the loss, unweighted.
+pub fn forward_backward(
+    model: &Mlp,
+    grads: &mut MlpGrads,
+    batch: &DeviceBatch,
+    loss_weight: f32,
+) -> Result<f32> {
+    let (y, saved) = model.forward(&batch.x, batch.rows)?;
+    let loss = ops::mse_loss(&y, &batch.t)?;
+    let grad_y = ops::mse_loss_backward(&y, &batch.t, loss_weight)?;
+    // Backward frees the saved activations as it goes; `y` and `grad_y` go at the end.
+    model.backward(saved, &grad_y, grads)?;
+    Ok(loss)
+}
+// ANCHOR_END: forward_backward
+
+// ANCHOR: split
+/// The rows of `k` micro-batches that cover `rows` examples in order, as evenly as possible: the
+/// first `rows % k` micro-batches get one row more (as `torch.tensor_split` does).
+/// Expects `1 <= k <= rows`.
+pub fn micro_batch_rows(_rows: usize, _k: usize) -> Vec<Range<usize>> {
+    // TODO: k ranges, in order, covering 0..rows; the first rows % k are one row longer.
+    todo!("split {_rows} rows into {_k} micro-batches")
+}
+
+/// Copies the examples `rows` of `data` (their inputs and their targets) to the device, and
+/// nothing else: one copy for the inputs, one for the targets.
+pub fn upload_rows(_dev: &Device, _data: &HostBatch, _rows: Range<usize>) -> Result<DeviceBatch> {
+    // TODO: slice the rows' inputs and targets out of `data` and copy each to the device.
+    todo!("upload only the micro-batch")
+}
+// ANCHOR_END: split
+
+// ANCHOR: accumulate
+/// Sets `grads` to the gradient of the mean squared error over all of `data`, computed in `k`
+/// micro-batches, only one of which is on the device at a time. Returns the loss of all of `data`.
+pub fn accumulate_gradients(
+    _dev: &Device,
+    _model: &Mlp,
+    _grads: &mut MlpGrads,
+    _data: &HostBatch,
+    _k: usize,
+) -> Result<f32> {
+    // TODO: zero the gradients; then for each micro-batch: upload it, run forward_backward with
+    // the right loss weight, and let it go before the next one.
+    todo!("accumulate the gradient over k micro-batches")
+}
+// ANCHOR_END: accumulate
+
+// ANCHOR: train
+/// The source's loop, done right: one forward and backward pass per micro-batch from `loader`,
+/// the loss divided by `accumulation_steps`, and one SGD step followed by zeroing the gradients
+/// every `accumulation_steps` micro-batches. Starts by zeroing `grads`. Expects equal-sized
+/// micro-batches, as many as a multiple of `accumulation_steps`. Returns the number of steps.
+pub fn train_accumulated(
+    _dev: &Device,
+    _model: &mut Mlp,
+    _grads: &mut MlpGrads,
+    _loader: &[HostBatch],
+    _accumulation_steps: usize,
+    _lr: f32,
+) -> Result<usize> {
+    // TODO: torch's loop: backward every micro-batch, step and zero_grad every
+    // accumulation_steps micro-batches, with the loss divided by accumulation_steps.
+    todo!("step the optimizer every accumulation_steps micro-batches")
+}
+// ANCHOR_END: train
+
+// ANCHOR: step_memory
+/// The model of the prediction exercise: 128 inputs, 256 hidden units (ReLU), 8 outputs.
+pub const PREDICT_SIZES: [usize; 3] = [128, 256, 8];
+
+/// What one training step of `Mlp::new(dev, &PREDICT_SIZES, ..)` costs, in bytes of allocator
+/// blocks (what `memory_allocated()` counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepMemory {
+    /// The weights and biases.
+    pub parameters: u64,
+    /// The gradient buffers from `model.zero_grads()`.
+    pub gradients: u64,
+    /// One (micro-)batch on the device: its inputs and its targets.
+    pub batch_data: u64,
+    /// What `model.forward` keeps for backward: the ReLU output and the model's output.
+    pub saved_activations: u64,
+    /// The most `forward_backward` holds at once on top of what was allocated before it.
+    pub step_peak: u64,
+}
+// ANCHOR_END: step_memory
+
+// ANCHOR: predict
+/// Your prediction of `StepMemory` for a (micro-)batch of `rows` examples.
+pub fn predict_step_memory(_rows: usize) -> StepMemory {
+    // TODO: write the five numbers you expect for 64, 16 and 1 rows before you run the tests.
+    // Every block here is the request rounded up to a multiple of 512 B (at least 512 B).
+    todo!("predict the memory of a step on {_rows} rows")
+}
+// ANCHOR_END: predict
