@@ -76,6 +76,16 @@ pub enum Error {
         /// The device of the offending buffer.
         actual: String,
     },
+    /// An operation was given arguments it cannot work with (shapes, lengths, aliasing, types).
+    #[error("{op} on {device}: {message}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// `cpu` or `cuda:N`.
+        device: String,
+        /// What is wrong with the arguments.
+        message: String,
+    },
     /// A CUDA driver, cuBLAS or NVRTC call failed.
     #[error("{op} failed on {device}: {message}")]
     Driver {

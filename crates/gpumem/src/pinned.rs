@@ -188,6 +188,13 @@ impl<T: Element> PinnedBuffer<T> {
         self.block_size
     }
 
+    /// Remembers a copy in flight, forgetting those already finished (a loop of copies that never
+    /// reads the buffer must not pile up events).
+    fn track(&mut self, copy: Event) {
+        self.pending.retain(|e| !e.is_done());
+        self.pending.push(copy);
+    }
+
     fn wait_for_copies(&mut self) {
         for event in self.pending.drain(..) {
             event.wait();
@@ -245,7 +252,7 @@ impl<T: Element> PinnedBuffer<T> {
                 )?
             };
             dst.record_stream(stream);
-            self.pending.push(stream.record_event()?);
+            self.track(stream.record_event()?);
             self.device.count(Direction::HostToDevice, n, true);
         }
         Ok(())
@@ -267,7 +274,7 @@ impl<T: Element> PinnedBuffer<T> {
                 )?
             };
             src.record_stream(stream);
-            self.pending.push(stream.record_event()?);
+            self.track(stream.record_event()?);
             self.device.count(Direction::DeviceToHost, n, true);
         }
         Ok(())

@@ -169,7 +169,7 @@ pub fn warm_up(dev: &Device) -> Result<()> {
 
 /// The error for an argument an op cannot work with.
 pub(crate) fn invalid(op: &'static str, dev: &Device, message: String) -> Error {
-    Error::Driver {
+    Error::InvalidArgument {
         op,
         device: dev.to_string(),
         message,
