@@ -8,6 +8,7 @@ pub mod chapter;
 pub mod cli;
 pub mod doctor;
 pub mod embedded;
+pub mod grade;
 pub mod learner;
 pub mod progress;
 pub mod runner;
@@ -27,6 +28,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             doctor::Health::Good => ExitCode::SUCCESS,
             doctor::Health::Broken => ExitCode::FAILURE,
         }),
+        Command::Grade(args) => grade::command(cli.root.as_deref(), &args),
         Command::Verify(args) => {
             let repo = Repo::from_option(cli.root.as_deref())?;
             let options = verify::VerifyOptions {

@@ -237,9 +237,23 @@ pub struct TestOutcome {
 
 /// Runs one test in a process of its own: `<exe> --exact <name> --test-threads=1`.
 ///
-/// Passing needs exit status 0 *and* the harness's `test result: ok. 1 passed` line: a test that
-/// calls `std::process::exit(0)` stops the harness before it reports, and is judged failed.
+/// Passing needs exit status 0 *and* the harness's own report that the test passed. That report is
+/// read from the harness's log file (`--logfile`, a fresh file with a random name), not from the
+/// test's output: code under test that prints a fake `test result: ok` line and calls
+/// `std::process::exit(0)` writes nothing there, and is judged failed. Where the harness has no
+/// `--logfile` (a future toolchain), its `test result: ok. 1 passed` line on stdout is the report.
 pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
+    let log = if harness_has_logfile(&case.binary) {
+        Some(
+            tempfile::Builder::new()
+                .prefix("workbook-harness-")
+                .suffix(".log")
+                .tempfile()
+                .context("creating the test harness's log file")?,
+        )
+    } else {
+        None
+    };
     let mut cmd = Command::new(&case.binary);
     cmd.args([
         "--exact",
@@ -275,6 +289,9 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
                 Ok(())
             })
         };
+    }
+    if let Some(log) = &log {
+        cmd.arg("--logfile").arg(log.path());
     }
     for (key, value) in &options.env {
         cmd.env(key, value);
@@ -315,7 +332,14 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     let duration = start.elapsed();
     let stdout = stdout.map(join_reader).unwrap_or_default();
     let stderr = stderr.map(join_reader).unwrap_or_default();
-    let (verdict, message) = judge(case, status, options.timeout, &stdout, &stderr);
+    let harness_log = log.map(|log| std::fs::read_to_string(log.path()).unwrap_or_default());
+    let reported = match &harness_log {
+        Some(text) => harness_log_says_ok(text, &case.name),
+        None => stdout
+            .lines()
+            .any(|l| l.starts_with("test result: ok. 1 passed;")),
+    };
+    let (verdict, message) = judge(case, status, options.timeout, reported, &stdout, &stderr);
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -400,10 +424,39 @@ fn join_reader(reader: Reader) -> String {
     reader.join().unwrap_or_default()
 }
 
+/// Whether the test harness supports `--logfile` (asked once per run: every test executable is
+/// built by the same toolchain).
+fn harness_has_logfile(binary: &Path) -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        Command::new(binary)
+            .arg("--help")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--logfile"))
+    })
+}
+
+/// Whether the harness's log file records `name` as passed: the harness writes `ok <name>` there
+/// once the test function has returned, and `failed <name>` when it panicked.
+pub fn harness_log_says_ok(log: &str, name: &str) -> bool {
+    let mut passed = false;
+    for line in log.lines() {
+        match line.split_once(' ') {
+            Some(("ok", test)) if test == name => passed = true,
+            Some((_, test)) if test == name => return false,
+            _ => {}
+        }
+    }
+    passed
+}
+
 fn judge(
     case: &TestCase,
     status: Option<ExitStatus>,
     timeout: Duration,
+    reported_ok: bool,
     stdout: &str,
     stderr: &str,
 ) -> (Verdict, String) {
@@ -413,10 +466,6 @@ fn judge(
             format!("timed out after {} s and was killed", timeout.as_secs_f64()),
         );
     };
-    // The harness's closing line, alone on its line even when the test wrote to the raw stdout.
-    let reported_ok = stdout
-        .lines()
-        .any(|l| l.starts_with("test result: ok. 1 passed;"));
     if status.success() {
         if reported_ok {
             return (Verdict::Passed, String::new());
@@ -424,7 +473,7 @@ fn judge(
         return (
             Verdict::Failed,
             "the process exited with status 0 before the test harness reported a result \
-             (does the code call std::process::exit?)"
+             (does the code call std::process::exit? printed text cannot pass a test)"
                 .to_string(),
         );
     }

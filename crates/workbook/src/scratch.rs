@@ -194,6 +194,29 @@ pub fn package_name(dir: &Path) -> Result<String> {
         .with_context(|| format!("{} has no [package] name", path.display()))
 }
 
+/// Makes `to` a copy of the crate at `from` (without `target/`) with the `extra` files added
+/// (paths relative to `to`, and their bytes): files are written only when they differ, so cargo
+/// rebuilds only what changed, and anything else in `to` is removed. Grading uses it for the
+/// pristine crate with the hidden tests.
+pub fn mirror_with(
+    from: &Path,
+    to: &Path,
+    extra: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+) -> Result<()> {
+    let skip = |rel: &Path| rel == Path::new("target") || extra.contains_key(rel);
+    mirror(from, to, Path::new(""), &skip)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    for (rel, bytes) in extra {
+        let path = to.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        write_if_changed(&path, bytes)?;
+    }
+    Ok(())
+}
+
 /// Makes `to` a copy of `from`: files written only when they differ, extra entries removed.
 /// `skip` gets paths relative to the top of the copy.
 fn mirror(from: &Path, to: &Path, rel: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<()> {

@@ -1,0 +1,865 @@
+//! `workbook grade`: grades submissions with the official tests (and hidden ones), on the same
+//! machinery as `verify` and `check`.
+//!
+//! For each chapter, the official crate (`exercises/<chapter>`: its `Cargo.toml`, `tests/`, plus
+//! any hidden tests) is copied once into a pristine crate; each submitted `src/` is laid over it
+//! in a scratch workspace of its own ([`scratch::prepare`], with a member name per student so
+//! that executables never collide in the shared build target), built ([`runner::build_tests`]),
+//! and every graded test runs in a process of its own with a time limit and capped output
+//! ([`runner::run_tests`]). A test passes only when its process exits with status 0 after the
+//! harness itself reported it passed (see [`runner::run_test`]). Points come from
+//! `chapter.toml` (hidden tests: their `points.toml`, else 1 each).
+//!
+//! Nothing a submission does can stop the batch: a refused archive, a compile error, a crash or a
+//! hang costs that student the points concerned, with the reason in their report.
+
+pub mod hidden;
+pub mod report;
+pub mod submission;
+
+use crate::app_state::{self, Chapter, Repo};
+use crate::cli::{GradeArgs, GradeFormat};
+use crate::runner::{self, RunOptions, TestCase, Verdict};
+use crate::scratch::{self, WorkspaceTemplate};
+use anyhow::{Context, Result, bail};
+use hidden::HiddenChapter;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use submission::{Limits, Submission, SubmittedChapter};
+
+/// The default time limit of one test when grading, in seconds.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
+/// Bytes kept of each of a test's output streams (half from the start, half from the end).
+pub const OUTPUT_LIMIT: usize = 6 * 1024;
+
+/// How `grade` works.
+#[derive(Debug, Clone)]
+pub struct GradeOptions {
+    /// Chapters to grade, by name or unique prefix; empty: all.
+    pub chapters: Vec<String>,
+    /// The hidden tests' folder, if any.
+    pub hidden_tests: Option<PathBuf>,
+    /// Chapters graded at once, and test processes at once within each.
+    pub jobs: usize,
+    /// Time limit of one test.
+    pub timeout: Duration,
+    /// Keep each graded chapter's test executables (otherwise removed once its tests ran).
+    pub keep_builds: bool,
+    /// What a submission may unpack to.
+    pub limits: Limits,
+    /// Show a progress bar and one line per graded student on stderr.
+    pub progress: bool,
+}
+
+impl Default for GradeOptions {
+    fn default() -> Self {
+        GradeOptions {
+            chapters: Vec::new(),
+            hidden_tests: None,
+            jobs: app_state::default_jobs(),
+            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            keep_builds: false,
+            limits: Limits::default(),
+            progress: true,
+        }
+    }
+}
+
+/// One graded test of a chapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestSpec {
+    /// The test function's name.
+    pub name: String,
+    /// What passing it is worth.
+    pub points: u32,
+    /// The exercise that lists it in `chapter.toml` (none for hidden tests).
+    pub exercise: Option<String>,
+    /// Whether it is a hidden test.
+    pub hidden: bool,
+    /// The test target (file stem in `tests/`) that holds it.
+    pub target: Option<String>,
+}
+
+/// A chapter as graded: its `chapter.toml`, the pristine crate, and every graded test in order
+/// (`chapter.toml`'s, then the hidden ones).
+#[derive(Debug, Clone)]
+pub struct ChapterSpec {
+    /// The chapter.
+    pub chapter: Chapter,
+    /// The pristine crate: the official files and the hidden tests.
+    pub pristine: PathBuf,
+    /// The graded tests.
+    pub tests: Vec<TestSpec>,
+}
+
+impl ChapterSpec {
+    /// The chapter's name.
+    pub fn name(&self) -> &str {
+        &self.chapter.name
+    }
+
+    /// All its tests' points together.
+    pub fn max_score(&self) -> u32 {
+        self.tests.iter().map(|t| t.points).sum()
+    }
+
+    /// The first (gentlest) hint of an exercise.
+    pub fn first_hint(&self, exercise: &str) -> Option<&str> {
+        self.chapter
+            .info
+            .exercises
+            .iter()
+            .find(|e| e.name == exercise)
+            .and_then(|e| e.hints.first())
+            .map(String::as_str)
+    }
+}
+
+/// What became of one test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// It passed: full points.
+    Passed,
+    /// It failed (a panic, an abort, an exit, a missing report).
+    Failed,
+    /// It ran past the time limit and was killed.
+    TimedOut,
+    /// The chapter did not compile.
+    NotCompiled,
+    /// The chapter was not in the submission.
+    NotSubmitted,
+    /// The chapter could not be graded (a refused submission, an error of the grader).
+    NotGraded,
+}
+
+impl Status {
+    /// Whether it earned its points.
+    pub fn passed(self) -> bool {
+        self == Status::Passed
+    }
+
+    /// A word for tables and reports.
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Passed => "passed",
+            Status::Failed => "failed",
+            Status::TimedOut => "timed out",
+            Status::NotCompiled => "does not compile",
+            Status::NotSubmitted => "not submitted",
+            Status::NotGraded => "not graded",
+        }
+    }
+}
+
+/// The result of one test for one student.
+#[derive(Debug, Clone)]
+pub struct TestResult {
+    /// The test.
+    pub test: TestSpec,
+    /// What became of it.
+    pub status: Status,
+    /// Points earned: all or nothing.
+    pub score: u32,
+    /// One line saying why it did not pass; empty when it passed.
+    pub message: String,
+    /// What the test printed, cut (or the compiler's errors).
+    pub output: String,
+    /// How long its process ran.
+    pub duration: Duration,
+}
+
+/// What happened to a chapter as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChapterState {
+    /// It built and its tests ran.
+    Graded,
+    /// It did not compile: the compiler's first errors.
+    DoesNotCompile(Vec<String>),
+    /// It was not in the submission.
+    NotSubmitted,
+    /// It could not be graded, and why.
+    NotGraded(String),
+}
+
+/// One student's result in one chapter.
+#[derive(Debug, Clone)]
+pub struct ChapterResult {
+    /// The chapter's name.
+    pub chapter: String,
+    /// Its title.
+    pub title: String,
+    /// Graded, or why not.
+    pub state: ChapterState,
+    /// Every graded test, in the chapter's order.
+    pub tests: Vec<TestResult>,
+    /// Notes for the learner (ignored edits to tests/...).
+    pub notes: Vec<String>,
+    /// Constructs the instructor may want to look at (not scored).
+    pub review: Vec<String>,
+    /// Building and testing time.
+    pub duration: Duration,
+}
+
+impl ChapterResult {
+    /// Points earned.
+    pub fn score(&self) -> u32 {
+        self.tests.iter().map(|t| t.score).sum()
+    }
+
+    /// Points possible.
+    pub fn max_score(&self) -> u32 {
+        self.tests.iter().map(|t| t.test.points).sum()
+    }
+
+    fn without_tests(spec: &ChapterSpec, state: ChapterState, status: Status, why: &str) -> Self {
+        ChapterResult {
+            chapter: spec.name().to_string(),
+            title: spec.chapter.info.title.clone(),
+            tests: spec
+                .tests
+                .iter()
+                .map(|t| TestResult {
+                    test: t.clone(),
+                    status,
+                    score: 0,
+                    message: why.to_string(),
+                    output: String::new(),
+                    duration: Duration::ZERO,
+                })
+                .collect(),
+            state,
+            notes: Vec::new(),
+            review: Vec::new(),
+            duration: Duration::ZERO,
+        }
+    }
+}
+
+/// One student's grades.
+#[derive(Debug, Clone)]
+pub struct StudentResult {
+    /// The student's name (the submission's name), unique in the report.
+    pub student: String,
+    /// A file-name-safe, unique form of the name (feedback files, build folders).
+    pub slug: String,
+    /// The submission's path.
+    pub source: PathBuf,
+    /// One result per graded chapter, in chapter order.
+    pub chapters: Vec<ChapterResult>,
+    /// Notes about the submission as a whole (links left out...).
+    pub notes: Vec<String>,
+    /// Why the whole submission was refused, if it was.
+    pub refused: Option<String>,
+}
+
+impl StudentResult {
+    /// Points earned in all chapters.
+    pub fn score(&self) -> u32 {
+        self.chapters.iter().map(ChapterResult::score).sum()
+    }
+
+    /// Points possible in all chapters.
+    pub fn max_score(&self) -> u32 {
+        self.chapters.iter().map(ChapterResult::max_score).sum()
+    }
+}
+
+/// Everything one `grade` run found.
+#[derive(Debug)]
+pub struct GradeReport {
+    /// The graded chapters, in order.
+    pub chapters: Vec<ChapterSpec>,
+    /// One result per submission, in the order given.
+    pub students: Vec<StudentResult>,
+    /// Wall-clock time of the whole run.
+    pub elapsed: Duration,
+}
+
+/// `workbook grade`: grades, prints the table or Gradescope JSON, writes the requested files.
+pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
+    let repo = Repo::from_option(root)?;
+    let mut paths = args.submissions.clone();
+    if let Some(class) = &args.class {
+        let (entries, skipped) = submission::class_entries(class)?;
+        for path in skipped {
+            eprintln!(
+                "grade: skipping {}: not a folder, .zip, .tar.gz, .tgz or .tar",
+                path.display()
+            );
+        }
+        if entries.is_empty() {
+            bail!("{} holds no submission", class.display());
+        }
+        paths.extend(entries);
+    }
+    if paths.is_empty() {
+        bail!("nothing to grade: give submissions (folders or archives) or --class FOLDER");
+    }
+    if let Some(path) = paths.iter().find(|p| !p.exists()) {
+        bail!("{} does not exist", path.display());
+    }
+    let options = GradeOptions {
+        chapters: args.chapters.clone(),
+        hidden_tests: args.hidden_tests.clone(),
+        jobs: args
+            .jobs
+            .map(usize::from)
+            .unwrap_or_else(app_state::default_jobs),
+        timeout: Duration::from_secs(args.timeout),
+        keep_builds: args.keep_builds,
+        ..GradeOptions::default()
+    };
+    let report = grade(&repo, &paths, &options)?;
+    match args.format {
+        GradeFormat::Table => print!("{}", report::table(&report)),
+        GradeFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report::gradescope_all(&report))?
+        ),
+    }
+    if let Some(path) = &args.gradescope {
+        report::write_gradescope(&report, path)?;
+        eprintln!("grade: Gradescope results written to {}", path.display());
+    }
+    if let Some(path) = &args.junit {
+        write_file(path, report::junit(&report).as_bytes())?;
+        eprintln!("grade: JUnit XML written to {}", path.display());
+    }
+    if let Some(path) = &args.csv {
+        write_file(path, report::csv(&report).as_bytes())?;
+        eprintln!("grade: CSV written to {}", path.display());
+    }
+    if let Some(dir) = &args.feedback {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for student in &report.students {
+            let path = dir.join(format!("{}.md", student.slug));
+            write_file(&path, report::feedback(&report, student).as_bytes())?;
+        }
+        eprintln!(
+            "grade: {} feedback report(s) written to {}",
+            report.students.len(),
+            dir.display()
+        );
+    }
+    let n = report.students.len();
+    eprintln!(
+        "grade: {n} submission(s) graded in {:.1} s ({:.1} s per submission)",
+        report.elapsed.as_secs_f64(),
+        report.elapsed.as_secs_f64() / n.max(1) as f64
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// What every grading worker shares.
+struct Grader<'a> {
+    template: &'a WorkspaceTemplate,
+    grade_dir: PathBuf,
+    target_dir: PathBuf,
+    options: &'a GradeOptions,
+}
+
+/// Grades `submissions` (folders or archives) with the official tests of the chosen chapters.
+/// Errors are the grader's own (no such chapter, hidden tests that do not build); anything a
+/// submission does is graded and explained instead.
+pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Result<GradeReport> {
+    let start = Instant::now();
+    let names = repo.select_chapters(&options.chapters)?;
+    let chapters = names
+        .iter()
+        .map(|name| repo.chapter(name))
+        .collect::<Result<Vec<_>>>()
+        .context("grading needs every chosen chapter's chapter.toml (choose with --chapter)")?;
+    let hidden = match &options.hidden_tests {
+        Some(folder) => hidden::load(folder, &chapters)?,
+        None => BTreeMap::new(),
+    };
+    let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
+    let ctx = Grader {
+        template: &template,
+        grade_dir: repo.work_dir().join("grade"),
+        target_dir: repo.work_dir().join("target"),
+        options,
+    };
+    std::fs::create_dir_all(&ctx.grade_dir)
+        .with_context(|| format!("creating {}", ctx.grade_dir.display()))?;
+    let mut specs = Vec::new();
+    for chapter in &chapters {
+        if options.progress {
+            eprintln!("grade: building the official tests of {}", chapter.name);
+        }
+        specs.push(official_tests(&ctx, chapter, hidden.get(&chapter.name))?);
+    }
+
+    // Take every submission in: copied or unpacked into a private folder, links and limits checked.
+    let intake_dir = tempfile::Builder::new()
+        .prefix("intake-")
+        .tempdir_in(&ctx.grade_dir)
+        .context("creating a folder for the submissions")?;
+    let mut taken = Vec::new();
+    let mut names_used = HashSet::new();
+    let mut slugs_used = HashSet::new();
+    for path in submissions {
+        let student = unique(submission::student_name(path), &mut names_used, " ");
+        let slug = unique(slug(&student), &mut slugs_used, "-");
+        let private = intake_dir.path().join(&slug);
+        std::fs::create_dir_all(&private)
+            .with_context(|| format!("creating {}", private.display()))?;
+        let sub = submission::intake(path, &student, &chapters, &private, &options.limits);
+        taken.push((sub, slug));
+    }
+
+    // Every submitted chapter is a unit of work; workers take them in turn.
+    let units: Vec<(usize, usize)> = taken
+        .iter()
+        .enumerate()
+        .flat_map(|(s, (sub, _))| {
+            specs
+                .iter()
+                .enumerate()
+                .filter(|(_, spec)| sub.chapters.contains_key(spec.name()))
+                .map(move |(c, _)| (s, c))
+        })
+        .collect();
+    let total_tests: usize = units.iter().map(|&(_, c)| specs[c].tests.len()).sum();
+    let bar = progress_bar(total_tests as u64, options.progress);
+    let left: Vec<AtomicUsize> = taken
+        .iter()
+        .map(|(sub, _)| AtomicUsize::new(sub.chapters.len()))
+        .collect();
+    let results: Mutex<BTreeMap<(usize, usize), ChapterResult>> = Mutex::new(BTreeMap::new());
+    let next = AtomicUsize::new(0);
+    let announce = |s: usize| {
+        let (sub, slug) = &taken[s];
+        let done = results.lock().unwrap_or_else(|p| p.into_inner());
+        let student = assemble(sub, slug, &specs, &done, s);
+        if options.progress {
+            bar.suspend(|| {
+                eprintln!(
+                    "grade: {}: {}/{}",
+                    student.student,
+                    student.score(),
+                    student.max_score()
+                )
+            });
+        }
+    };
+    for (s, (sub, _)) in taken.iter().enumerate() {
+        if sub.chapters.is_empty() {
+            announce(s);
+        }
+    }
+    let workers = options.jobs.max(1).min(units.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(s, c)) = units.get(i) else {
+                        break;
+                    };
+                    let (sub, slug) = &taken[s];
+                    let spec = &specs[c];
+                    bar.set_message(format!("{} {}", sub.student, spec.name()));
+                    let submitted = &sub.chapters[spec.name()];
+                    let result = grade_chapter(&ctx, spec, submitted, slug, &|| bar.inc(1));
+                    results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert((s, c), result);
+                    if left[s].fetch_sub(1, Ordering::AcqRel) == 1 {
+                        announce(s);
+                    }
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let done = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    let students = taken
+        .iter()
+        .enumerate()
+        .map(|(s, (sub, slug))| assemble(sub, slug, &specs, &done, s))
+        .collect();
+    Ok(GradeReport {
+        chapters: specs,
+        students,
+        elapsed: start.elapsed(),
+    })
+}
+
+fn progress_bar(len: u64, enabled: bool) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] [{bar:30}] {pos}/{len} tests ({eta} left) {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// A student's result from the chapters graded so far (the rest: not submitted or refused).
+fn assemble(
+    sub: &Submission,
+    slug: &str,
+    specs: &[ChapterSpec],
+    done: &BTreeMap<(usize, usize), ChapterResult>,
+    s: usize,
+) -> StudentResult {
+    let chapters = specs
+        .iter()
+        .enumerate()
+        .map(|(c, spec)| {
+            if let Some(result) = done.get(&(s, c)) {
+                return result.clone();
+            }
+            match &sub.refused {
+                Some(why) => ChapterResult::without_tests(
+                    spec,
+                    ChapterState::NotGraded(why.clone()),
+                    Status::NotGraded,
+                    why,
+                ),
+                None => ChapterResult::without_tests(
+                    spec,
+                    ChapterState::NotSubmitted,
+                    Status::NotSubmitted,
+                    "not submitted",
+                ),
+            }
+        })
+        .collect();
+    StudentResult {
+        student: sub.student.clone(),
+        slug: slug.to_string(),
+        source: sub.source.clone(),
+        chapters,
+        notes: sub.notes.clone(),
+        refused: sub.refused.clone(),
+    }
+}
+
+/// The pristine crate of a chapter (official files plus hidden tests), built once with the stub
+/// to learn which tests each executable holds: the graded tests do not depend on what a
+/// submission compiles to.
+fn official_tests(
+    ctx: &Grader<'_>,
+    chapter: &Chapter,
+    hidden: Option<&HiddenChapter>,
+) -> Result<ChapterSpec> {
+    let pristine = ctx.grade_dir.join("pristine").join(&chapter.name);
+    let extra: BTreeMap<PathBuf, Vec<u8>> = hidden
+        .map(|h| {
+            h.files
+                .iter()
+                .map(|(name, bytes)| (Path::new("tests").join(name), bytes.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    scratch::mirror_with(&chapter.dir, &pristine, &extra)?;
+    let workspace = ctx.grade_dir.join("official").join(&chapter.name);
+    let member = format!("{}-official", chapter.name);
+    let crate_ = scratch::prepare(
+        ctx.template,
+        &workspace,
+        &member,
+        &pristine,
+        &chapter.dir.join("src"),
+    )?;
+    let binaries = match runner::build_tests(&crate_.workspace, &crate_.package, &ctx.target_dir)? {
+        Ok(binaries) => binaries,
+        Err(failure) => bail!(
+            "the official tests of {}{} do not build with the chapter's stub:\n{}",
+            chapter.name,
+            if hidden.is_some() {
+                " (with the hidden tests)"
+            } else {
+                ""
+            },
+            failure.errors.join("\n")
+        ),
+    };
+    let cases = runner::list_tests(&binaries)?;
+    let is_hidden = |case: &TestCase| hidden.is_some_and(|h| h.is_hidden_target(&case.target));
+    let mut tests = Vec::new();
+    for (exercise, name, points) in chapter.info.tests() {
+        tests.push(TestSpec {
+            name: name.to_string(),
+            points,
+            exercise: Some(exercise.name.clone()),
+            hidden: false,
+            target: cases
+                .iter()
+                .find(|c| c.name == name && !is_hidden(c))
+                .map(|c| c.target.clone()),
+        });
+    }
+    if let Some(hidden) = hidden {
+        let mut seen = HashSet::new();
+        for case in cases.iter().filter(|c| is_hidden(c)) {
+            if chapter.info.exercise_of(&case.name).is_some() || !seen.insert(case.name.clone()) {
+                bail!(
+                    "hidden test {} of {} has the name of another graded test: rename it",
+                    case.name,
+                    chapter.name
+                );
+            }
+            tests.push(TestSpec {
+                name: case.name.clone(),
+                points: hidden.points_of(&case.name),
+                exercise: None,
+                hidden: true,
+                target: Some(case.target.clone()),
+            });
+        }
+        if let Some(missing) = hidden.points.keys().find(|t| !seen.contains(*t)) {
+            bail!(
+                "the hidden tests' points.toml of {} gives points to {missing}, which no hidden \
+                 test file defines",
+                chapter.name
+            );
+        }
+    }
+    Ok(ChapterSpec {
+        chapter: chapter.clone(),
+        pristine,
+        tests,
+    })
+}
+
+/// Builds and tests one submitted chapter; never fails (an error of its own is reported as
+/// "not graded" with the reason).
+fn grade_chapter(
+    ctx: &Grader<'_>,
+    spec: &ChapterSpec,
+    submitted: &SubmittedChapter,
+    slug: &str,
+    on_test: &(dyn Fn() + Sync),
+) -> ChapterResult {
+    let start = Instant::now();
+    let mut result = match test_chapter(ctx, spec, submitted, slug, on_test) {
+        Ok(result) => result,
+        Err(e) => {
+            let why = format!("could not be graded: {e:#}");
+            ChapterResult::without_tests(
+                spec,
+                ChapterState::NotGraded(why.clone()),
+                Status::NotGraded,
+                &why,
+            )
+        }
+    };
+    // Ticks the tests that did not run (a compile error, an error) off the progress bar.
+    let ran = result
+        .tests
+        .iter()
+        .filter(|t| !t.duration.is_zero())
+        .count();
+    for _ in ran..spec.tests.len() {
+        on_test();
+    }
+    result.notes = submitted.notes.clone();
+    result.review = submitted.review.clone();
+    result.duration = start.elapsed();
+    result
+}
+
+fn test_chapter(
+    ctx: &Grader<'_>,
+    spec: &ChapterSpec,
+    submitted: &SubmittedChapter,
+    slug: &str,
+    on_test: &(dyn Fn() + Sync),
+) -> Result<ChapterResult> {
+    let workspace = ctx
+        .grade_dir
+        .join("submissions")
+        .join(slug)
+        .join(spec.name());
+    let member = format!("{}-g-{slug}", spec.name());
+    let crate_ = scratch::prepare(
+        ctx.template,
+        &workspace,
+        &member,
+        &spec.pristine,
+        &submitted.src,
+    )?;
+    let binaries = match runner::build_tests(&crate_.workspace, &crate_.package, &ctx.target_dir)? {
+        Ok(binaries) => binaries,
+        Err(failure) => {
+            let why = format!("the chapter does not compile: {}", failure.headline());
+            let mut result = ChapterResult::without_tests(
+                spec,
+                ChapterState::DoesNotCompile(failure.errors.clone()),
+                Status::NotCompiled,
+                &why,
+            );
+            let errors = failure.errors.join("\n\n");
+            for test in &mut result.tests {
+                test.output = errors.clone();
+            }
+            return Ok(result);
+        }
+    };
+    let outcome = run_official(ctx, spec, &crate_.crate_dir, &binaries, on_test);
+    if !ctx.options.keep_builds {
+        for binary in &binaries {
+            let _ = std::fs::remove_file(&binary.path);
+        }
+    }
+    outcome
+}
+
+fn run_official(
+    ctx: &Grader<'_>,
+    spec: &ChapterSpec,
+    crate_dir: &Path,
+    binaries: &[runner::TestBinary],
+    on_test: &(dyn Fn() + Sync),
+) -> Result<ChapterResult> {
+    let cases = match runner::list_tests(binaries) {
+        Ok(cases) => cases,
+        Err(e) => {
+            // The executables are the official tests with the learner's code linked in: code of
+            // theirs that runs before main (or breaks the process) can stop the listing.
+            let why = format!("the test executable failed before running any test: {e:#}");
+            return Ok(ChapterResult::without_tests(
+                spec,
+                ChapterState::Graded,
+                Status::Failed,
+                &why,
+            ));
+        }
+    };
+    let mut to_run = Vec::new();
+    let mut slots = Vec::new();
+    for test in &spec.tests {
+        let found = cases
+            .iter()
+            .find(|c| c.name == test.name && Some(&c.target) == test.target.as_ref());
+        slots.push(found.map(|case| {
+            to_run.push(case.clone());
+            to_run.len() - 1
+        }));
+    }
+    let options = RunOptions {
+        output_limit: OUTPUT_LIMIT,
+        ..RunOptions::for_crate(crate_dir, ctx.options.timeout)
+    };
+    let outcomes = runner::run_tests(&to_run, &options, ctx.options.jobs, &|_| on_test())?;
+    let tests = spec
+        .tests
+        .iter()
+        .zip(slots)
+        .map(|(test, slot)| {
+            let Some(outcome) = slot.map(|i| &outcomes[i]) else {
+                return TestResult {
+                    test: test.clone(),
+                    status: Status::Failed,
+                    score: 0,
+                    message: "the test is missing from the built test executables".to_string(),
+                    output: String::new(),
+                    duration: Duration::ZERO,
+                };
+            };
+            let status = match outcome.verdict {
+                Verdict::Passed => Status::Passed,
+                Verdict::Failed => Status::Failed,
+                Verdict::TimedOut => Status::TimedOut,
+            };
+            let output = if status.passed() {
+                String::new()
+            } else {
+                let mut text = outcome.stdout.trim_end().to_string();
+                if !outcome.stderr.trim().is_empty() {
+                    text.push_str("\n--- stderr ---\n");
+                    text.push_str(outcome.stderr.trim_end());
+                }
+                text
+            };
+            TestResult {
+                test: test.clone(),
+                status,
+                score: if status.passed() { test.points } else { 0 },
+                message: outcome.message.clone(),
+                output,
+                duration: outcome.duration.max(Duration::from_nanos(1)),
+            }
+        })
+        .collect();
+    Ok(ChapterResult {
+        chapter: spec.name().to_string(),
+        title: spec.chapter.info.title.clone(),
+        state: ChapterState::Graded,
+        tests,
+        notes: Vec::new(),
+        review: Vec::new(),
+        duration: Duration::ZERO,
+    })
+}
+
+/// A lower-case, file-name-safe form of a student's name.
+fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let out: String = out.trim_matches('-').chars().take(40).collect();
+    let out = out.trim_end_matches('-');
+    if out.is_empty() {
+        "student".to_string()
+    } else {
+        out.to_string()
+    }
+}
+
+/// `name`, or `name<sep>2`, `name<sep>3`... whichever is not used yet.
+fn unique(name: String, used: &mut HashSet<String>, sep: &str) -> String {
+    let mut candidate = name.clone();
+    let mut n = 2;
+    while !used.insert(candidate.clone()) {
+        candidate = format!("{name}{sep}{n}");
+        n += 1;
+    }
+    candidate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_lower_case_file_names() {
+        assert_eq!(slug("Alice Smith (2)"), "alice-smith-2");
+        assert_eq!(slug("../.."), "student");
+        assert_eq!(slug("bob_42"), "bob-42");
+    }
+
+    #[test]
+    fn duplicate_names_get_a_number() {
+        let mut used = HashSet::new();
+        assert_eq!(unique("a".into(), &mut used, "-"), "a");
+        assert_eq!(unique("a".into(), &mut used, "-"), "a-2");
+        assert_eq!(unique("a".into(), &mut used, "-"), "a-3");
+    }
+}

@@ -1,0 +1,661 @@
+//! What `grade` writes: the terminal table, Gradescope's `results.json`, JUnit XML, CSV, and a
+//! Markdown feedback report per student.
+
+use super::{ChapterResult, ChapterState, GradeReport, Status, StudentResult, TestResult};
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Characters kept of one test's output in Gradescope JSON, JUnit and feedback.
+pub const MAX_OUTPUT_CHARS: usize = 6000;
+/// Failed tests listed per chapter in the terminal table (the rest are counted).
+const TABLE_FAILURES_SHOWN: usize = 5;
+
+/// Short column names for the chapters: `ch01` for `ch01-availability` when that is unique.
+fn short_names(report: &GradeReport) -> Vec<String> {
+    let prefixes: Vec<String> = report
+        .chapters
+        .iter()
+        .map(|c| c.name().split('-').next().unwrap_or(c.name()).to_string())
+        .collect();
+    report
+        .chapters
+        .iter()
+        .zip(&prefixes)
+        .map(|(c, p)| {
+            if prefixes.iter().filter(|q| *q == p).count() == 1 {
+                p.clone()
+            } else {
+                c.name().to_string()
+            }
+        })
+        .collect()
+}
+
+fn percent(score: u32, max: u32) -> String {
+    if max == 0 {
+        "—".to_string()
+    } else {
+        format!("{}%", (f64::from(score) * 100.0 / f64::from(max)).round())
+    }
+}
+
+/// The cell of a chapter in the table: its score, marked when it did not run.
+fn cell(result: &ChapterResult) -> String {
+    match &result.state {
+        ChapterState::Graded => result.score().to_string(),
+        ChapterState::DoesNotCompile(_) => "0 C".to_string(),
+        ChapterState::NotSubmitted => "-".to_string(),
+        ChapterState::NotGraded(_) => "0 !".to_string(),
+    }
+}
+
+/// The terminal table: one row per student, one column per chapter, the total; then, per
+/// student, what cost points and why.
+pub fn table(report: &GradeReport) -> String {
+    let short = short_names(report);
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut header = vec!["student".to_string()];
+    header.extend(short.iter().cloned());
+    header.extend(["total".to_string(), String::new()]);
+    rows.push(header);
+    let mut max_row = vec!["(out of)".to_string()];
+    max_row.extend(report.chapters.iter().map(|c| c.max_score().to_string()));
+    let max_total: u32 = report.chapters.iter().map(|c| c.max_score()).sum();
+    max_row.extend([max_total.to_string(), String::new()]);
+    rows.push(max_row);
+    for student in &report.students {
+        let mut row = vec![student.student.clone()];
+        row.extend(student.chapters.iter().map(cell));
+        row.push(student.score().to_string());
+        row.push(percent(student.score(), student.max_score()));
+        rows.push(row);
+    }
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Graded {} submission(s) with the official tests of {} chapter(s), in {:.1} s.\n",
+        report.students.len(),
+        report.chapters.len(),
+        report.elapsed.as_secs_f64()
+    );
+    for row in &rows {
+        let mut line = String::new();
+        for (i, value) in row.iter().enumerate() {
+            if i == 0 {
+                let _ = write!(line, "{value:<w$}", w = widths[0]);
+            } else {
+                let _ = write!(line, "  {value:>w$}", w = widths[i]);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out.push('\n');
+    for (s, c) in short.iter().zip(&report.chapters) {
+        if s != c.name() {
+            let _ = writeln!(out, "{s} = {} ({})", c.name(), c.chapter.info.title);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "C: does not compile; -: not submitted; !: not graded (why below)"
+    );
+    for student in &report.students {
+        out.push('\n');
+        out.push_str(&student_details(student));
+    }
+    out
+}
+
+/// The lines under the table for one student.
+fn student_details(student: &StudentResult) -> String {
+    let mut out = String::new();
+    let (score, max) = (student.score(), student.max_score());
+    if let Some(why) = &student.refused {
+        let _ = writeln!(out, "{}: 0/{max}: {why}", student.student);
+        return out;
+    }
+    if score == max {
+        let _ = writeln!(out, "{}: {score}/{max}: every test passed", student.student);
+    } else {
+        let _ = writeln!(out, "{}: {score}/{max}", student.student);
+    }
+    for note in &student.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+    for chapter in &student.chapters {
+        let head = format!(
+            "  {} {}/{}",
+            chapter.chapter,
+            chapter.score(),
+            chapter.max_score()
+        );
+        match &chapter.state {
+            ChapterState::NotSubmitted => {
+                let _ = writeln!(out, "{head}: not submitted");
+            }
+            ChapterState::NotGraded(why) => {
+                let _ = writeln!(out, "{head}: not graded: {why}");
+            }
+            ChapterState::DoesNotCompile(errors) => {
+                let first = errors
+                    .first()
+                    .map(|e| first_lines(e, 2))
+                    .unwrap_or_default();
+                let _ = writeln!(out, "{head}: does not compile: {first}");
+            }
+            ChapterState::Graded => {
+                let failed: Vec<&TestResult> = chapter
+                    .tests
+                    .iter()
+                    .filter(|t| !t.status.passed())
+                    .collect();
+                if !failed.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "{head}: {} of {} test(s) failed",
+                        failed.len(),
+                        chapter.tests.len()
+                    );
+                    for test in failed.iter().take(TABLE_FAILURES_SHOWN) {
+                        let _ = writeln!(
+                            out,
+                            "    ✗ {}{} ({} pt): {}: {}",
+                            test.test.name,
+                            if test.test.hidden { " [hidden]" } else { "" },
+                            test.test.points,
+                            test.status.word(),
+                            test.message
+                        );
+                    }
+                    if failed.len() > TABLE_FAILURES_SHOWN {
+                        let _ = writeln!(
+                            out,
+                            "    ... and {} more (see --feedback)",
+                            failed.len() - TABLE_FAILURES_SHOWN
+                        );
+                    }
+                }
+            }
+        }
+        for note in &chapter.notes {
+            let _ = writeln!(out, "    note: {note}");
+        }
+        for review in &chapter.review {
+            let _ = writeln!(out, "    review: {review}");
+        }
+    }
+    out
+}
+
+/// The first `n` non-empty lines of `text`, joined with " / ".
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(n)
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// `text` cut to `max` characters, keeping its start and its end.
+fn cut(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max / 2).collect();
+    let tail: String = text.chars().skip(count - max / 2).collect();
+    format!(
+        "{head}\n[... {} characters cut ...]\n{tail}",
+        count - 2 * (max / 2)
+    )
+}
+
+/// What a learner reads about one test: why it failed, the hint, what it printed.
+fn test_output(result: &TestResult, report: &GradeReport) -> String {
+    if result.status.passed() {
+        return String::new();
+    }
+    let mut text = format!("{}: {}", result.status.word(), result.message);
+    if let Some(hint) = hint_for(result, report) {
+        let _ = write!(text, "\nHint: {hint}");
+    }
+    if !result.output.trim().is_empty() {
+        let _ = write!(text, "\n\n{}", cut(&result.output, MAX_OUTPUT_CHARS));
+    }
+    text
+}
+
+fn hint_for<'a>(result: &TestResult, report: &'a GradeReport) -> Option<&'a str> {
+    let exercise = result.test.exercise.as_deref()?;
+    report
+        .chapters
+        .iter()
+        .find(|c| c.tests.iter().any(|t| t == &result.test))
+        .and_then(|c| c.first_hint(exercise))
+}
+
+/// One submission's Gradescope `results.json`: `score`, `max_score`, `output`, and `tests`, each
+/// with `name` (`<chapter>::<test>`), `status` (`passed` / `failed`), `score`, `max_score` and
+/// `output`. Hidden tests are shown to students only once grades are published.
+pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
+    let mut tests = Vec::new();
+    for chapter in &student.chapters {
+        for test in &chapter.tests {
+            let mut entry = json!({
+                "name": format!("{}::{}", chapter.chapter, test.test.name),
+                "status": if test.status.passed() { "passed" } else { "failed" },
+                "score": test.score,
+                "max_score": test.test.points,
+                "output": test_output(test, report),
+            });
+            if test.test.hidden {
+                entry["visibility"] = json!("after_published");
+            }
+            tests.push(entry);
+        }
+    }
+    let mut summary = format!(
+        "{}: {}/{}",
+        student.student,
+        student.score(),
+        student.max_score()
+    );
+    if let Some(why) = &student.refused {
+        let _ = write!(summary, "\n{why}");
+    }
+    for note in &student.notes {
+        let _ = write!(summary, "\nNote: {note}");
+    }
+    for chapter in &student.chapters {
+        let _ = write!(
+            summary,
+            "\n{} ({}): {}/{}",
+            chapter.chapter,
+            chapter.title,
+            chapter.score(),
+            chapter.max_score()
+        );
+        match &chapter.state {
+            ChapterState::Graded => {}
+            ChapterState::NotSubmitted => summary.push_str(" — not submitted"),
+            ChapterState::NotGraded(_) => summary.push_str(" — not graded"),
+            ChapterState::DoesNotCompile(errors) => {
+                summary.push_str(" — does not compile:\n");
+                summary.push_str(&cut(&errors.join("\n\n"), MAX_OUTPUT_CHARS));
+            }
+        }
+        for note in &chapter.notes {
+            let _ = write!(summary, "\n  Note: {note}");
+        }
+    }
+    let seconds: f64 = student
+        .chapters
+        .iter()
+        .map(|c| c.duration.as_secs_f64())
+        .sum();
+    json!({
+        "score": student.score(),
+        "max_score": student.max_score(),
+        "output": summary,
+        "execution_time": (seconds * 10.0).round() / 10.0,
+        "visibility": "visible",
+        "tests": tests,
+    })
+}
+
+/// `--format json`: one submission's `results.json`; for several, an object mapping each
+/// student's name to theirs.
+pub fn gradescope_all(report: &GradeReport) -> Value {
+    match report.students.as_slice() {
+        [one] => gradescope(report, one),
+        many => Value::Object(
+            many.iter()
+                .map(|s| (s.student.clone(), gradescope(report, s)))
+                .collect(),
+        ),
+    }
+}
+
+/// `--gradescope PATH`: one submission's `results.json` at `PATH`; for several, `PATH` is a
+/// folder with one `<student>.json` each.
+pub fn write_gradescope(report: &GradeReport, path: &Path) -> Result<()> {
+    let write = |path: &Path, value: &Value| -> Result<()> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        let text = serde_json::to_string_pretty(value)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+    };
+    match report.students.as_slice() {
+        [one] => write(path, &gradescope(report, one)),
+        many => {
+            for student in many {
+                write(
+                    &path.join(format!("{}.json", student.slug)),
+                    &gradescope(report, student),
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Text made safe for XML 1.0: escaped, and without the control characters XML cannot hold.
+fn xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
+            '\t' => out.push_str("&#9;"),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JUnit XML: a `<testsuite>` per student and chapter (`<student>.<chapter>`), a `<testcase>`
+/// per test; failures carry the reason and output, a chapter that could not be graded is an
+/// `<error>`. Scores are `<property>`s of each suite.
+pub fn junit(report: &GradeReport) -> String {
+    let mut suites = String::new();
+    let (mut all_tests, mut all_failures, mut all_errors) = (0, 0, 0);
+    for student in &report.students {
+        for chapter in &student.chapters {
+            let suite = format!("{}.{}", student.student, chapter.chapter);
+            let tests = chapter.tests.len();
+            let errors = chapter
+                .tests
+                .iter()
+                .filter(|t| t.status == Status::NotGraded)
+                .count();
+            let failures = chapter
+                .tests
+                .iter()
+                .filter(|t| !t.status.passed() && t.status != Status::NotGraded)
+                .count();
+            all_tests += tests;
+            all_failures += failures;
+            all_errors += errors;
+            let _ = writeln!(
+                suites,
+                "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" \
+                 skipped=\"0\" time=\"{:.3}\">",
+                xml(&suite),
+                chapter.duration.as_secs_f64()
+            );
+            suites.push_str("    <properties>\n");
+            for (name, value) in [
+                ("student", student.student.clone()),
+                ("chapter", chapter.chapter.clone()),
+                ("score", chapter.score().to_string()),
+                ("max_score", chapter.max_score().to_string()),
+            ] {
+                let _ = writeln!(
+                    suites,
+                    "      <property name=\"{name}\" value=\"{}\"/>",
+                    xml(&value)
+                );
+            }
+            suites.push_str("    </properties>\n");
+            for test in &chapter.tests {
+                let _ = write!(
+                    suites,
+                    "    <testcase name=\"{}\" classname=\"{}\" time=\"{:.3}\"",
+                    xml(&test.test.name),
+                    xml(&suite),
+                    test.duration.as_secs_f64()
+                );
+                if test.status.passed() {
+                    suites.push_str("/>\n");
+                    continue;
+                }
+                let (element, kind) = match test.status {
+                    Status::NotGraded => ("error", "not-graded"),
+                    Status::TimedOut => ("failure", "timeout"),
+                    Status::NotCompiled => ("failure", "compile-error"),
+                    Status::NotSubmitted => ("failure", "not-submitted"),
+                    _ => ("failure", "failed"),
+                };
+                let _ = writeln!(
+                    suites,
+                    ">\n      <{element} message=\"{}\" type=\"{kind}\">{}</{element}>\n    </testcase>",
+                    xml(&test.message),
+                    xml(&cut(&test.output, MAX_OUTPUT_CHARS))
+                );
+            }
+            suites.push_str("  </testsuite>\n");
+        }
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"workbook grade\" \
+         tests=\"{all_tests}\" failures=\"{all_failures}\" errors=\"{all_errors}\" time=\"{:.3}\">\n\
+         {suites}</testsuites>\n",
+        report.elapsed.as_secs_f64()
+    )
+}
+
+/// One CSV field: quoted when needed; a leading `=`, `+`, `-`, `@` gets a `'` so that no
+/// spreadsheet takes a student's name for a formula.
+fn csv_field(value: &str) -> String {
+    let value = if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{value}")
+    } else {
+        value.to_string()
+    };
+    if value.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value
+    }
+}
+
+/// CSV: `student`, one column per chapter (its points), `total`; one row per student.
+pub fn csv(report: &GradeReport) -> String {
+    let mut out = String::new();
+    let mut header = vec!["student".to_string()];
+    header.extend(report.chapters.iter().map(|c| c.name().to_string()));
+    header.push("total".to_string());
+    let _ = writeln!(
+        out,
+        "{}",
+        header
+            .iter()
+            .map(|h| csv_field(h))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    for student in &report.students {
+        let mut row = vec![csv_field(&student.student)];
+        row.extend(student.chapters.iter().map(|c| c.score().to_string()));
+        row.push(student.score().to_string());
+        let _ = writeln!(out, "{}", row.join(","));
+    }
+    out
+}
+
+/// A Markdown code block holding `text`, fenced with more backticks than it contains.
+fn code_block(text: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        if c == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!("{fence}text\n{}\n{fence}\n", text.trim_end())
+}
+
+/// A student's feedback in Markdown: their score per chapter, and for every test that cost
+/// points, why, the hint to read, and what it printed.
+pub fn feedback(report: &GradeReport, student: &StudentResult) -> String {
+    let mut out = String::new();
+    let (score, max) = (student.score(), student.max_score());
+    let _ = writeln!(out, "# Feedback for {}\n", student.student);
+    let _ = writeln!(
+        out,
+        "Score: **{score} / {max}** ({}), graded with the official tests: changes to `tests/` or \
+         `Cargo.toml` are not used.\n",
+        percent(score, max)
+    );
+    if let Some(why) = &student.refused {
+        let _ = writeln!(out, "**Your submission was not graded.** {why}\n");
+    }
+    for note in &student.notes {
+        let _ = writeln!(out, "- Note: {note}");
+    }
+    if !student.notes.is_empty() {
+        out.push('\n');
+    }
+    out.push_str("| Chapter | Score | |\n|---|---:|---|\n");
+    for chapter in &student.chapters {
+        let state = match &chapter.state {
+            ChapterState::Graded if chapter.score() == chapter.max_score() => "all tests pass",
+            ChapterState::Graded => "some tests fail",
+            ChapterState::DoesNotCompile(_) => "does not compile",
+            ChapterState::NotSubmitted => "not submitted",
+            ChapterState::NotGraded(_) => "not graded",
+        };
+        let _ = writeln!(
+            out,
+            "| {} — {} | {} / {} | {state} |",
+            chapter.chapter,
+            chapter.title,
+            chapter.score(),
+            chapter.max_score()
+        );
+    }
+    for chapter in &student.chapters {
+        let _ = writeln!(
+            out,
+            "\n## {} — {} ({} / {})\n",
+            chapter.chapter,
+            chapter.title,
+            chapter.score(),
+            chapter.max_score()
+        );
+        for note in &chapter.notes {
+            let _ = writeln!(out, "- Note: {note}");
+        }
+        if !chapter.notes.is_empty() {
+            out.push('\n');
+        }
+        match &chapter.state {
+            ChapterState::NotSubmitted => {
+                let _ = writeln!(
+                    out,
+                    "Not submitted: no `{}/src/` folder was found in your submission.",
+                    chapter.chapter
+                );
+                continue;
+            }
+            ChapterState::NotGraded(why) => {
+                let _ = writeln!(out, "Not graded: {why}");
+                continue;
+            }
+            ChapterState::DoesNotCompile(errors) => {
+                let _ = writeln!(
+                    out,
+                    "This chapter does not compile, so none of its tests could run. The \
+                     compiler's first errors:\n"
+                );
+                out.push_str(&code_block(&cut(&errors.join("\n\n"), MAX_OUTPUT_CHARS)));
+                let _ = writeln!(
+                    out,
+                    "\nRun `cargo test -p {}` to see them all.",
+                    chapter.chapter
+                );
+                continue;
+            }
+            ChapterState::Graded => {}
+        }
+        let passed = chapter.tests.iter().filter(|t| t.status.passed()).count();
+        let _ = writeln!(out, "{passed} of {} test(s) passed.", chapter.tests.len());
+        for test in chapter.tests.iter().filter(|t| !t.status.passed()) {
+            let _ = writeln!(
+                out,
+                "\n### ✗ `{}` (0 / {} point{}){}\n",
+                test.test.name,
+                test.test.points,
+                if test.test.points == 1 { "" } else { "s" },
+                match (&test.test.exercise, test.test.hidden) {
+                    (_, true) => " — a hidden test".to_string(),
+                    (Some(exercise), _) => format!(" — exercise `{exercise}`"),
+                    (None, false) => String::new(),
+                }
+            );
+            let _ = writeln!(out, "- Why: {}: {}", test.status.word(), test.message);
+            if let Some(hint) = hint_for(test, report) {
+                let _ = writeln!(out, "- Hint: {hint}");
+                if let Some(exercise) = &test.test.exercise {
+                    let _ = writeln!(
+                        out,
+                        "- More hints: `workbook hint {} {exercise}`",
+                        chapter.chapter
+                    );
+                }
+            }
+            if !test.output.trim().is_empty() {
+                let _ = writeln!(out, "\n<details><summary>What the test printed</summary>\n");
+                out.push_str(&code_block(&cut(&test.output, MAX_OUTPUT_CHARS)));
+                out.push_str("\n</details>\n");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_escapes_markup_and_drops_control_characters() {
+        assert_eq!(
+            xml("a<b>&\"c'\n\u{1b}[0m"),
+            "a&lt;b&gt;&amp;&quot;c&apos;&#10;\\u{1b}[0m"
+        );
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_and_never_formulas() {
+        assert_eq!(csv_field("alice"), "alice");
+        assert_eq!(csv_field("smith, j"), "\"smith, j\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=1+1"), "'=1+1");
+    }
+
+    #[test]
+    fn code_blocks_outgrow_the_backticks_inside() {
+        assert_eq!(code_block("a ``` b"), "````text\na ``` b\n````\n");
+        assert_eq!(code_block("plain"), "```text\nplain\n```\n");
+    }
+
+    #[test]
+    fn long_output_keeps_its_start_and_end() {
+        let text = "a".repeat(50) + &"b".repeat(50);
+        let kept = cut(&text, 20);
+        assert!(kept.starts_with("aaaaaaaaaa\n[... 80 characters cut ...]\n"));
+        assert!(kept.ends_with("bbbbbbbbbb"));
+    }
+}
