@@ -1,0 +1,407 @@
+//! Graded tests for chapter 7. They pass on `cpu` and on `cuda` (`GPUMEM_DEVICE=cuda`). They check
+//! data, copies and memory, never speed: speed is the benches' job.
+
+use ch07_pinned_memory::{
+    HostPrediction, download_pinned, host_scenario, pipeline, predict_host, upload_pinned,
+};
+use gpumem::ops::XorShift;
+use gpumem::{CopyCount, Device};
+use std::cell::RefCell;
+
+const NONE: CopyCount = CopyCount {
+    copies: 0,
+    bytes: 0,
+};
+
+/// `copies` copies moving `bytes` bytes in all.
+fn copied(copies: u64, bytes: u64) -> CopyCount {
+    CopyCount { copies, bytes }
+}
+
+/// Batch `i` of a run: `len` pseudo-random floats, different for every batch and every seed.
+fn batch_data(seed: u64, i: usize, len: usize) -> Vec<f32> {
+    XorShift::new(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).uniform_vec(len, -1.0, 1.0)
+}
+
+/// A fresh seed for a test run, printed so that a failure can be replayed.
+fn fresh_seed() -> u64 {
+    let seed = XorShift::fresh().seed();
+    println!("data seed: {seed}");
+    seed
+}
+
+/// Device blocks handed out and not yet dropped.
+fn live_blocks(dev: &Device) -> u64 {
+    dev.memory_stats()
+        .get("allocation.all.current")
+        .expect("every key is present")
+}
+
+// --- upload_pinned ---------------------------------------------------------------------------
+
+#[test]
+fn upload_pinned_delivers_the_data_in_one_pinned_copy() {
+    let dev = gpumem::testing::device();
+    let stream = dev.stream().expect("stream");
+    let data = batch_data(fresh_seed(), 0, 3000);
+    let buf = upload_pinned(&dev, &stream, &data).expect("upload_pinned");
+    let t = dev.transfer_stats();
+    assert_eq!(t.host_to_device, copied(1, 12_000), "host-to-device copies");
+    assert_eq!(
+        t.pinned,
+        copied(1, 12_000),
+        "the copy must come from pinned memory"
+    );
+    assert_eq!(t.device_to_host, NONE);
+    assert_eq!(t.device_to_device, NONE);
+    assert_eq!(buf.len(), 3000);
+    assert_eq!(buf.device(), &*dev);
+    assert_eq!(
+        buf.to_vec().expect("read back"),
+        data,
+        "the device holds the data"
+    );
+}
+
+#[test]
+fn upload_pinned_stages_through_one_cached_pinned_block() {
+    let dev = gpumem::testing::device();
+    let stream = dev.stream().expect("stream");
+    let buf = upload_pinned(&dev, &stream, &vec![0.25; 3000]).expect("upload_pinned");
+    let h = dev.host_memory_stats();
+    assert_eq!(h.num_host_alloc, 1, "one pinned block from the system");
+    assert_eq!(h.allocation.allocated, 1, "one alloc_pinned call");
+    assert_eq!(
+        h.allocation.current, 0,
+        "the staging buffer is dropped before returning"
+    );
+    assert_eq!(h.allocated_bytes.current, 0);
+    assert_eq!(
+        h.allocated_bytes.peak, 16_384,
+        "12,000 bytes round up to a 16 KiB block"
+    );
+    assert_eq!(
+        h.reserved_bytes.current, 16_384,
+        "the freed block stays cached"
+    );
+    assert_eq!(
+        live_blocks(&dev),
+        1,
+        "only the returned buffer on the device"
+    );
+    assert_eq!(dev.memory_allocated(), 12_288);
+    assert_eq!(buf.block_bytes(), 12_288);
+}
+
+#[test]
+fn upload_pinned_reuses_the_cached_staging_block() {
+    let dev = gpumem::testing::device();
+    let stream = dev.stream().expect("stream");
+    let first = upload_pinned(&dev, &stream, &vec![1.0; 3000]).expect("first upload");
+    let second = upload_pinned(&dev, &stream, &vec![2.0; 3000]).expect("second upload");
+    // 10,000 bytes round up to the same 16 KiB size.
+    let third = upload_pinned(&dev, &stream, &vec![3.0; 2500]).expect("third upload");
+    let h = dev.host_memory_stats();
+    assert_eq!(h.num_host_alloc, 1, "the cached block serves every upload");
+    assert_eq!(h.allocation.allocated, 3, "three alloc_pinned calls");
+    assert_eq!(h.reserved_bytes.current, 16_384);
+    assert_eq!(dev.transfer_stats().pinned, copied(3, 34_000));
+    assert_eq!(first.to_vec().expect("first"), vec![1.0; 3000]);
+    assert_eq!(second.to_vec().expect("second"), vec![2.0; 3000]);
+    assert_eq!(third.to_vec().expect("third"), vec![3.0; 2500]);
+}
+
+// --- download_pinned -------------------------------------------------------------------------
+
+#[test]
+fn download_pinned_returns_the_data_in_one_pinned_copy() {
+    let dev = gpumem::testing::device();
+    let stream = dev.stream().expect("stream");
+    let data = batch_data(fresh_seed(), 0, 5000);
+    let buf = dev.from_slice(&data).expect("from_slice");
+    dev.reset_transfer_stats();
+    let back = download_pinned(&buf, &stream).expect("download_pinned");
+    let t = dev.transfer_stats();
+    assert_eq!(t.device_to_host, copied(1, 20_000), "device-to-host copies");
+    assert_eq!(
+        t.pinned,
+        copied(1, 20_000),
+        "the copy must go into pinned memory"
+    );
+    assert_eq!(t.host_to_device, NONE);
+    assert_eq!(t.device_to_device, NONE);
+    assert_eq!(back, data);
+}
+
+#[test]
+fn download_pinned_allocates_no_device_memory_and_returns_its_staging_block() {
+    let dev = gpumem::testing::device();
+    let stream = dev.stream().expect("stream");
+    let buf = dev.from_slice(&vec![0.5f32; 5000]).expect("from_slice");
+    let allocated = dev.memory_allocated();
+    let back = download_pinned(&buf, &stream).expect("download_pinned");
+    assert_eq!(back, vec![0.5; 5000]);
+    assert_eq!(dev.memory_allocated(), allocated, "no device memory");
+    assert_eq!(
+        dev.max_memory_allocated(),
+        allocated,
+        "not even for a while"
+    );
+    let h = dev.host_memory_stats();
+    assert_eq!(h.num_host_alloc, 1);
+    assert_eq!(h.allocation.current, 0, "the staging buffer is dropped");
+    assert_eq!(
+        h.reserved_bytes.current, 32_768,
+        "20,000 bytes round up to 32 KiB, kept in the cache"
+    );
+}
+
+// --- predict_host ----------------------------------------------------------------------------
+
+/// The prediction and the measurement, on a device fresh from `testing::device()`.
+fn predicted_and_measured(dev: &Device) -> (HostPrediction, HostPrediction) {
+    let predicted = predict_host();
+    let measured = host_scenario(dev).expect("the scenario runs");
+    (predicted, measured)
+}
+
+#[test]
+fn host_prediction_matches_block_rounding_and_reuse() {
+    let dev = gpumem::testing::device();
+    let (p, m) = predicted_and_measured(&dev);
+    assert_eq!(p.num_host_alloc, m.num_host_alloc, "num_host_alloc");
+    assert_eq!(
+        p.pinned_allocated_bytes, m.pinned_allocated_bytes,
+        "allocated_bytes.current"
+    );
+    assert_eq!(
+        p.pinned_peak_bytes, m.pinned_peak_bytes,
+        "allocated_bytes.peak"
+    );
+    assert_eq!(
+        p.pinned_reserved_bytes, m.pinned_reserved_bytes,
+        "reserved_bytes.current"
+    );
+}
+
+#[test]
+fn host_prediction_matches_empty_host_cache() {
+    let dev = gpumem::testing::device();
+    let (p, m) = predicted_and_measured(&dev);
+    assert_eq!(
+        p.num_host_free, m.num_host_free,
+        "num_host_free after empty_host_cache"
+    );
+    assert_eq!(
+        p.pinned_reserved_after_empty, m.pinned_reserved_after_empty,
+        "reserved_bytes.current after empty_host_cache"
+    );
+}
+
+#[test]
+fn host_prediction_matches_the_copy_counters() {
+    let dev = gpumem::testing::device();
+    let (p, m) = predicted_and_measured(&dev);
+    assert_eq!(
+        p.host_to_device_copies, m.host_to_device_copies,
+        "host_to_device.copies"
+    );
+    assert_eq!(p.pinned_copies, m.pinned_copies, "pinned.copies");
+    assert_eq!(p.pinned_bytes, m.pinned_bytes, "pinned.bytes");
+}
+
+// --- pipeline --------------------------------------------------------------------------------
+
+#[test]
+fn pipeline_delivers_every_batch_intact_and_in_order() {
+    let dev = gpumem::testing::device();
+    let seed = fresh_seed();
+    let (batches, len) = (8, 4099);
+    let mut consumed = Vec::new();
+    pipeline(
+        &dev,
+        batches,
+        len,
+        |i, staging| {
+            assert_eq!(staging.len(), len, "a staging buffer holds one batch");
+            staging.copy_from_slice(&batch_data(seed, i, len));
+        },
+        |i, buf| {
+            assert_eq!(buf.len(), len, "batch {i} has the batch length");
+            assert_eq!(buf.device(), &*dev, "batch {i} is on the device");
+            let on_device = buf.to_vec()?;
+            assert!(
+                on_device == batch_data(seed, i, len),
+                "batch {i} arrived changed (seed {seed})"
+            );
+            consumed.push(i);
+            Ok(())
+        },
+    )
+    .expect("pipeline");
+    assert_eq!(
+        consumed,
+        (0..batches).collect::<Vec<_>>(),
+        "every batch, once, in order"
+    );
+}
+
+#[test]
+fn pipeline_fills_the_next_batch_before_handing_over_the_current_one() {
+    let dev = gpumem::testing::device();
+    let log = RefCell::new(Vec::new());
+    pipeline(
+        &dev,
+        5,
+        1000,
+        |i, staging| {
+            staging.fill(i as f32);
+            log.borrow_mut().push(format!("fill {i}"));
+        },
+        |i, _buf| {
+            log.borrow_mut().push(format!("consume {i}"));
+            Ok(())
+        },
+    )
+    .expect("pipeline");
+    let expected = [
+        "fill 0",
+        "fill 1",
+        "consume 0",
+        "fill 2",
+        "consume 1",
+        "fill 3",
+        "consume 2",
+        "fill 4",
+        "consume 3",
+        "consume 4",
+    ];
+    assert_eq!(log.into_inner(), expected);
+}
+
+#[test]
+fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
+    let dev = gpumem::testing::device();
+    let ignore = |_: usize, _: gpumem::Buffer<f32>| Ok(());
+    pipeline(&dev, 9, 3000, |i, s| s.fill(i as f32), ignore).expect("first pipeline");
+    let h = dev.host_memory_stats();
+    assert_eq!(h.num_host_alloc, 2, "two pinned blocks from the system");
+    assert_eq!(
+        h.allocation.allocated, 2,
+        "two alloc_pinned calls for 9 batches"
+    );
+    assert_eq!(h.allocation.peak, 2);
+    assert_eq!(h.allocation.current, 0, "both dropped at the end");
+    assert_eq!(h.segment.current, 2, "both kept in the cache");
+    assert_eq!(
+        h.reserved_bytes.current,
+        2 * 16_384,
+        "12,000 bytes -> 16 KiB each"
+    );
+
+    pipeline(&dev, 5, 3000, |i, s| s.fill(i as f32), ignore).expect("second pipeline");
+    let h = dev.host_memory_stats();
+    assert_eq!(
+        h.num_host_alloc, 2,
+        "the second run takes both blocks from the cache"
+    );
+    assert_eq!(h.allocation.allocated, 4);
+    assert_eq!(h.reserved_bytes.current, 2 * 16_384);
+}
+
+#[test]
+fn pipeline_makes_one_pinned_copy_per_batch() {
+    let dev = gpumem::testing::device();
+    pipeline(&dev, 6, 1000, |i, s| s.fill(i as f32), |_, _| Ok(())).expect("pipeline");
+    let t = dev.transfer_stats();
+    assert_eq!(t.host_to_device, copied(6, 24_000), "one copy per batch");
+    assert_eq!(t.pinned, copied(6, 24_000), "every copy from pinned memory");
+    assert_eq!(t.device_to_host, NONE);
+    assert_eq!(t.device_to_device, NONE);
+}
+
+#[test]
+fn pipeline_keeps_at_most_two_batches_on_the_device_and_leaks_nothing() {
+    let dev = gpumem::testing::device();
+    // Memory that exists before and after, so "back to the start" is not simply zero.
+    let _keep = dev.alloc::<f32>(1000).expect("device buffer");
+    let _keep_pinned = dev.alloc_pinned::<f32>(100).expect("pinned buffer");
+    dev.reset_peak_memory_stats();
+    dev.reset_host_memory_stats();
+    let (device_start, host_start) = (dev.memory_allocated(), dev.host_memory_stats());
+    pipeline(&dev, 7, 3000, |i, s| s.fill(i as f32), |_, _| Ok(())).expect("pipeline");
+    assert_eq!(
+        dev.max_memory_allocated(),
+        device_start + 2 * 12_288,
+        "batch i and batch i + 1 on the device, never more"
+    );
+    assert_eq!(
+        dev.memory_allocated(),
+        device_start,
+        "every batch's device buffer is freed"
+    );
+    let h = dev.host_memory_stats();
+    assert_eq!(
+        h.allocated_bytes.current, host_start.allocated_bytes.current,
+        "both staging buffers are dropped"
+    );
+    assert_eq!(h.allocation.current, host_start.allocation.current);
+    assert_eq!(
+        h.allocated_bytes.peak,
+        host_start.allocated_bytes.current + 2 * 16_384
+    );
+}
+
+#[test]
+fn pipeline_stops_at_the_first_consumer_error_and_leaks_nothing() {
+    let dev = gpumem::testing::device();
+    let mut consumed = Vec::new();
+    let result = pipeline(
+        &dev,
+        8,
+        1000,
+        |i, s| s.fill(i as f32),
+        |i, _buf| {
+            consumed.push(i);
+            if i == 3 {
+                // A consumer that gives up at batch 3, with an error of its own.
+                return Err(gpumem::Error::LengthMismatch {
+                    expected: 1000,
+                    actual: 0,
+                });
+            }
+            Ok(())
+        },
+    );
+    assert!(
+        matches!(result, Err(gpumem::Error::LengthMismatch { .. })),
+        "the consumer's error is returned: {result:?}"
+    );
+    assert_eq!(
+        consumed,
+        [0, 1, 2, 3],
+        "nothing is consumed after the error"
+    );
+    assert_eq!(dev.memory_allocated(), 0, "no device buffer is left behind");
+    assert_eq!(dev.host_memory_stats().allocation.current, 0);
+}
+
+#[test]
+fn pipeline_of_no_batches_does_nothing() {
+    let dev = gpumem::testing::device();
+    let calls = RefCell::new(0);
+    pipeline(
+        &dev,
+        0,
+        1000,
+        |_, _| *calls.borrow_mut() += 1,
+        |_, _| {
+            *calls.borrow_mut() += 1;
+            Ok(())
+        },
+    )
+    .expect("pipeline of no batches");
+    assert_eq!(calls.into_inner(), 0, "neither fill nor consume is called");
+    assert_eq!(dev.transfer_stats().total_copies(), 0);
+    assert_eq!(dev.memory_allocated(), 0);
+}
