@@ -332,6 +332,11 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     let duration = start.elapsed();
     let stdout = stdout.map(join_reader).unwrap_or_default();
     let stderr = stderr.map(join_reader).unwrap_or_default();
+    // The harness warns (without a newline) that `--logfile` is deprecated: not the test's words.
+    let stderr = match stderr.strip_prefix(LOGFILE_WARNING) {
+        Some(rest) if log.is_some() => rest.strip_prefix('\n').unwrap_or(rest).to_string(),
+        _ => stderr,
+    };
     let harness_log = log.map(|log| std::fs::read_to_string(log.path()).unwrap_or_default());
     let reported = match &harness_log {
         Some(text) => harness_log_says_ok(text, &case.name),
@@ -423,6 +428,9 @@ fn read_capped(mut stream: impl Read + Send + 'static, limit: usize) -> Reader {
 fn join_reader(reader: Reader) -> String {
     reader.join().unwrap_or_default()
 }
+
+/// What the harness says on stderr when given `--logfile`.
+const LOGFILE_WARNING: &str = "warning: `--logfile` is deprecated";
 
 /// Whether the test harness supports `--logfile` (asked once per run: every test executable is
 /// built by the same toolchain).
