@@ -22,7 +22,17 @@ fn main() {
     let root = manifest_dir.join("../..");
     println!("cargo:rerun-if-changed=build.rs");
 
-    let (chapters, source) = match from_git(&root) {
+    // A git command can fail while another process rewrites the repository (a commit, a gc):
+    // try again before falling back.
+    let mut from_git_result = from_git(&root);
+    for _ in 0..3 {
+        if from_git_result.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        from_git_result = from_git(&root);
+    }
+    let (chapters, source) = match from_git_result {
         Ok(Some((chapters, commit, watched))) => {
             // Rerun when HEAD moves (a commit, a checkout, a pull), never on a learner's save.
             for path in watched {
@@ -30,10 +40,14 @@ fn main() {
             }
             (chapters, format!("git commit {commit}"))
         }
-        Ok(None) | Err(_) => {
+        not_git => {
+            let why = match not_git {
+                Err(e) => format!("git failed: {e}"),
+                _ => "not a git checkout".to_string(),
+            };
             println!(
-                "cargo:warning=workbook: not a git checkout; embedding exercises/ as it is now \
-                 (reset will restore these files)"
+                "cargo:warning=workbook: {why}; embedding exercises/ as it is now (reset will \
+                 restore these files)"
             );
             (
                 from_tree(&root.join("exercises")),
@@ -62,7 +76,7 @@ fn from_git(root: &Path) -> std::io::Result<Option<(Chapters, String, Vec<PathBu
     };
     let commit = String::from_utf8_lossy(&commit).trim().to_string();
     let Some(listing) = git(&["ls-tree", "-r", "-z", "HEAD", "--", "exercises/"])? else {
-        return Ok(None);
+        return Err(std::io::Error::other("git ls-tree HEAD failed"));
     };
     // `<mode> <type> <object>\t<path>`, NUL-terminated; paths relative to `root`.
     let mut wanted = Vec::new();

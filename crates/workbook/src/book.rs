@@ -11,6 +11,52 @@ use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
 
+/// `workbook book`: builds the book, and with `--serve` serves it on 127.0.0.1 until Ctrl-C;
+/// `--open` opens it in the browser (a failure to open is only a warning).
+pub fn run(root: Option<&Path>, args: &crate::cli::BookArgs) -> Result<std::process::ExitCode> {
+    let repo = crate::app_state::Repo::from_option(root)?;
+    let out = build(&repo.book_dir(), args.dest.as_deref())?;
+    println!("book written to {}", out.display());
+    if !args.serve {
+        if args.open {
+            let index = out.join("index.html");
+            if let Err(e) = crate::serve::open_in_browser(&index.display().to_string()) {
+                eprintln!(
+                    "warning: could not open a browser ({e:#}); open {} yourself",
+                    index.display()
+                );
+            }
+        }
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let server = match args.port {
+        Some(port) => crate::serve::Server::bind(&out, port)?,
+        None => crate::serve::Server::bind_near(&out, crate::serve::DEFAULT_PORT)?,
+    };
+    serve_until_interrupted(server, args.open)
+}
+
+/// Prints the URL, opens it when asked, and serves until Ctrl-C.
+pub fn serve_until_interrupted(
+    server: crate::serve::Server,
+    open: bool,
+) -> Result<std::process::ExitCode> {
+    let url = server.url();
+    println!("Serving the book at {url} (on this machine only; Ctrl-C to stop)");
+    let stopper = server.stopper();
+    if let Err(e) = ctrlc::set_handler(move || {
+        eprintln!("\nstopped serving the book");
+        stopper.stop();
+    }) {
+        eprintln!("warning: Ctrl-C will stop the server abruptly ({e})");
+    }
+    if open && let Err(e) = crate::serve::open_in_browser(&url) {
+        eprintln!("warning: could not open a browser ({e:#}); open {url} yourself");
+    }
+    server.serve();
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 /// Builds the book whose root (with `book.toml`) is `book_dir` into `dest`, or into the book's own
 /// build directory (`book/book/`). Returns where the HTML went.
 pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {

@@ -23,6 +23,20 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start here: check this machine, build and serve the book, show your progress.
+    Start(StartArgs),
+    /// Every chapter and exercise with its state, your progress, and what to do next.
+    List(ListArgs),
+    /// Run a chapter's tests on your code: what passes, what fails, and why.
+    Check(CheckArgs),
+    /// Check a chapter again every time you save a file in its src/.
+    Watch(WatchArgs),
+    /// The next hint for an exercise, gentle first, then more explicit.
+    Hint(HintArgs),
+    /// Put a chapter's original stubs back in its src/ (your files are backed up first).
+    Reset(ResetArgs),
+    /// The reference solution of a chapter, once its tests pass.
+    Solution(SolutionArgs),
     /// Report CUDA, the devices, the GPUMEM_* settings, and smoke-test the allocator.
     Doctor,
     /// Prove that every test fails on the stubs and passes on the reference solutions.
@@ -54,6 +68,120 @@ pub struct BookArgs {
     /// Where to write the HTML (default: book/book/).
     #[arg(long, value_name = "DIR")]
     pub dest: Option<PathBuf>,
+    /// Serve the book on 127.0.0.1 until Ctrl-C.
+    #[arg(long)]
+    pub serve: bool,
+    /// Open the book in the browser (a warning if no browser can be started).
+    #[arg(long)]
+    pub open: bool,
+    /// The port to serve on (default: 3000, or the next free one).
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+}
+
+/// Flags of `workbook start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Build the book and report, but do not serve it.
+    #[arg(long)]
+    pub no_serve: bool,
+    /// Open the book in the browser (a warning if no browser can be started).
+    #[arg(long)]
+    pub open: bool,
+    /// The port to serve on (default: 3000, or the next free one).
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+}
+
+/// Flags of `workbook list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Check every chapter now, instead of showing the results of the last checks.
+    #[arg(long)]
+    pub refresh: bool,
+    /// Test processes to run at once (default: the machine's cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// Seconds a test may run before it is stopped and counts as failed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+}
+
+/// Flags of `workbook check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The chapter, by name or unique prefix (`ch01`); default: the first one not done.
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: Option<String>,
+    /// Test processes to run at once (default: the machine's cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// Seconds a test may run before it is stopped and counts as failed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+}
+
+/// Flags of `workbook watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The chapter, by name or unique prefix (`ch01`); default: the first one not done.
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: Option<String>,
+    /// Read the files at an interval instead of waiting for file-system events (for file systems
+    /// that send none: network shares, some VM and container mounts).
+    #[arg(long)]
+    pub poll: bool,
+    /// Milliseconds between two reads with --poll (and when events are not available).
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..))]
+    pub poll_interval: u64,
+    /// Test processes to run at once (default: the machine's cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// Seconds a test may run before it is stopped and counts as failed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+}
+
+/// Flags of `workbook hint`.
+#[derive(Debug, Args)]
+pub struct HintArgs {
+    /// The chapter, by name or unique prefix (`ch01`).
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: String,
+    /// The exercise, by name, unique prefix or number; default: the first one not done.
+    #[arg(value_name = "EXERCISE")]
+    pub exercise: Option<String>,
+    /// Show every hint given so far instead of the next one.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Flags of `workbook reset`.
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// The chapter, by name or unique prefix (`ch01`).
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: String,
+    /// Do not ask (needed where there is no terminal to ask on).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// Flags of `workbook solution`.
+#[derive(Debug, Args)]
+pub struct SolutionArgs {
+    /// The chapter, by name or unique prefix (`ch01`).
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: String,
+    /// Show it even though the chapter's tests do not pass yet.
+    #[arg(long)]
+    pub force: bool,
+    /// Test processes to run at once, if a check is needed (default: the machine's cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// Seconds a test may run, if a check is needed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
 }
 
 /// Flags of `workbook grade`.

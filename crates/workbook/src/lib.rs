@@ -5,15 +5,23 @@
 pub mod app_state;
 pub mod book;
 pub mod chapter;
+pub mod check;
 pub mod cli;
 pub mod doctor;
 pub mod embedded;
 pub mod grade;
+pub mod hint;
 pub mod learner;
+pub mod list;
 pub mod progress;
+pub mod reset;
 pub mod runner;
 pub mod scratch;
+pub mod serve;
+pub mod solution;
+pub mod start;
 pub mod verify;
+pub mod watch;
 
 use anyhow::Result;
 use app_state::Repo;
@@ -24,6 +32,13 @@ use std::time::Duration;
 /// Runs the parsed command line; `Ok` carries the exit status (failures found are not errors).
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Start(args) => start::run(cli.root.as_deref(), &args),
+        Command::List(args) => list::run(cli.root.as_deref(), &args),
+        Command::Check(args) => check::run(cli.root.as_deref(), &args),
+        Command::Watch(args) => watch::run(cli.root.as_deref(), &args),
+        Command::Hint(args) => hint::run(cli.root.as_deref(), &args),
+        Command::Reset(args) => reset::run(cli.root.as_deref(), &args),
+        Command::Solution(args) => solution::run(cli.root.as_deref(), &args),
         Command::Doctor => Ok(match doctor::run() {
             doctor::Health::Good => ExitCode::SUCCESS,
             doctor::Health::Broken => ExitCode::FAILURE,
@@ -46,11 +61,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Book(args) => {
-            let repo = Repo::from_option(cli.root.as_deref())?;
-            let out = book::build(&repo.book_dir(), args.dest.as_deref())?;
-            println!("book written to {}", out.display());
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Book(args) => book::run(cli.root.as_deref(), &args),
     }
 }

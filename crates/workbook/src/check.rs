@@ -1,0 +1,461 @@
+//! `workbook check [chapter]`: runs a chapter's official tests on the learner's own `src/` and
+//! shows, per exercise, what passed and the first useful line of why the rest failed.
+//!
+//! The learner's `exercises/<chapter>/src` is laid over a pristine copy of the chapter crate (the
+//! one the binary carries, else the repository's) in a scratch workspace, exactly as grading does:
+//! an edited `tests/` or `Cargo.toml` changes nothing. Each test runs in a process of its own.
+
+use crate::app_state::{self, Chapter, Repo};
+use crate::cli::CheckArgs;
+use crate::embedded;
+use crate::learner::{self, State, TODO_MESSAGE};
+use crate::progress::{CheckRecord, StateFile, TestRecord, TestStatus};
+use crate::runner::{self, BuildFailure, RunOptions, TestOutcome, Verdict};
+use crate::scratch::{self, WorkspaceTemplate};
+use anyhow::{Context, Result, bail};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How `check` runs the tests.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Test processes at once.
+    pub jobs: usize,
+    /// Time limit of one test.
+    pub timeout: Duration,
+    /// Print progress (building, running) on stderr.
+    pub progress: bool,
+}
+
+impl CheckOptions {
+    /// Options from the command line's `--jobs` and `--timeout`.
+    pub fn from_flags(jobs: Option<u16>, timeout: u64) -> CheckOptions {
+        CheckOptions {
+            jobs: jobs
+                .map(usize::from)
+                .unwrap_or_else(app_state::default_jobs),
+            timeout: Duration::from_secs(timeout),
+            progress: true,
+        }
+    }
+}
+
+/// Where the tests that were run come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TestsSource {
+    /// The copy the binary carries (`embedded::source()` says which commit).
+    Embedded,
+    /// The repository's `exercises/<chapter>/tests` (the binary carries no copy of the chapter).
+    Repository,
+}
+
+/// One check of one chapter.
+#[derive(Debug)]
+pub struct ChapterCheck {
+    /// The chapter.
+    pub chapter: Chapter,
+    /// What was recorded in the state file.
+    pub record: CheckRecord,
+    /// Why the build failed, if it did.
+    pub build_failure: Option<BuildFailure>,
+    /// Every test's outcome (empty when the build failed).
+    pub outcomes: Vec<TestOutcome>,
+    /// Where the tests came from.
+    pub tests_source: TestsSource,
+    /// Whether the learner's `tests/` differ from the official ones that were run.
+    pub tests_differ: bool,
+}
+
+impl ChapterCheck {
+    /// Whether every test `chapter.toml` lists passed.
+    pub fn passed(&self) -> bool {
+        learner::chapter_done(&self.chapter, Some(&self.record))
+    }
+}
+
+/// `workbook check`.
+pub fn run(root: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
+    let repo = Repo::from_option(root)?;
+    let state = StateFile::of(&repo);
+    let progress = state.load()?;
+    let chapter = learner::choose_chapter(&repo, args.chapter.as_deref(), &progress)?;
+    let options = CheckOptions::from_flags(args.jobs, args.timeout);
+    let check = check_chapter(&repo, &chapter, &options)?;
+    print!("{}", render(&repo, &check));
+    let progress = state.load()?;
+    let chapters = learner::load_chapters(&repo)?;
+    println!();
+    for line in next_after(&repo, &check, &chapters, &progress) {
+        println!("{line}");
+    }
+    Ok(if check.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Checks one chapter and records the result in the state file.
+pub fn check_chapter(
+    repo: &Repo,
+    chapter: &Chapter,
+    options: &CheckOptions,
+) -> Result<ChapterCheck> {
+    let name = &chapter.name;
+    let src = chapter.dir.join("src");
+    if !src.is_dir() {
+        bail!(
+            "{} is missing: there is no code to check (`workbook reset {name}` restores the \
+             stubs)",
+            learner::shown(repo, &src)
+        );
+    }
+    let digest = learner::src_digest(&src)?;
+    let work = repo.work_dir();
+    let (crate_src, tests_source, tests_differ) = match embedded::chapter(name) {
+        Some(copy) => {
+            let pristine = work.join("pristine").join(name);
+            copy.write_to("", &pristine)
+                .with_context(|| format!("writing the official copy of {name}"))?;
+            let differ = tests_differ(&chapter.dir.join("tests"), copy);
+            (pristine, TestsSource::Embedded, differ)
+        }
+        None => (chapter.dir.clone(), TestsSource::Repository, false),
+    };
+    let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
+    let member = format!("{name}-check");
+    let workspace = work.join("scratch").join(name).join("check");
+    let scratch = scratch::prepare(&template, &workspace, &member, &crate_src, &src)?;
+    if options.progress {
+        eprintln!("{name}: building the tests with your code...");
+    }
+    let built = runner::build_tests(&scratch.workspace, &scratch.package, &work.join("target"))?;
+    let paths = PathMap::new(repo, chapter, &scratch.crate_dir, &member);
+    let previous = StateFile::of(repo).load()?.check(name).cloned();
+    let mut record = CheckRecord {
+        at: crate::progress::now(),
+        src_digest: digest,
+        build_error: None,
+        tests: Default::default(),
+    };
+    let (build_failure, outcomes) = match built {
+        Err(mut failure) => {
+            for error in &mut failure.errors {
+                *error = paths.rewrite(error);
+            }
+            record.build_error = Some(
+                failure
+                    .errors
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "the build failed".to_string()),
+            );
+            // The last results that ran say which exercises were begun.
+            record.tests = previous.map(|p| p.tests).unwrap_or_default();
+            (Some(failure), Vec::new())
+        }
+        Ok(binaries) => {
+            let cases = runner::list_tests(&binaries)?;
+            if options.progress {
+                eprintln!("{name}: running {} tests...", cases.len());
+            }
+            let run_options = RunOptions::for_crate(&scratch.crate_dir, options.timeout);
+            let mut outcomes = runner::run_tests(&cases, &run_options, options.jobs, &|_| {})?;
+            for outcome in &mut outcomes {
+                outcome.message = paths.rewrite(&outcome.message);
+                record.tests.insert(
+                    outcome.case.name.clone(),
+                    TestRecord {
+                        status: match outcome.verdict {
+                            Verdict::Passed => TestStatus::Passed,
+                            Verdict::Failed => TestStatus::Failed,
+                            Verdict::TimedOut => TestStatus::TimedOut,
+                        },
+                        message: outcome.message.clone(),
+                    },
+                );
+            }
+            (None, outcomes)
+        }
+    };
+    drop(scratch);
+    let saved = record.clone();
+    StateFile::of(repo).update(|p| p.chapter_mut(name).check = Some(saved))?;
+    // Panic locations are rewritten as the table shows them.
+    let outcomes = outcomes
+        .into_iter()
+        .map(|mut o| {
+            o.stdout = paths.rewrite(&o.stdout);
+            o.stderr = paths.rewrite(&o.stderr);
+            o
+        })
+        .collect();
+    Ok(ChapterCheck {
+        chapter: chapter.clone(),
+        record,
+        build_failure,
+        outcomes,
+        tests_source,
+        tests_differ,
+    })
+}
+
+/// Whether the files under `tests` differ from the official copy's `tests/`.
+fn tests_differ(tests: &Path, copy: &embedded::EmbeddedChapter) -> bool {
+    let official: Vec<(&str, &[u8])> = copy.files_under("tests").collect();
+    let mut count = 0;
+    for (rel, bytes) in &official {
+        match std::fs::read(tests.join(rel)) {
+            Ok(mine) if mine == *bytes => count += 1,
+            _ => return true,
+        }
+    }
+    let mut on_disk = 0;
+    count_files(tests, &mut on_disk);
+    on_disk != count
+}
+
+fn count_files(dir: &Path, n: &mut usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            count_files(&path, n);
+        } else {
+            *n += 1;
+        }
+    }
+}
+
+/// Turns the scratch crate's paths in compiler and panic messages back into the learner's.
+struct PathMap {
+    pairs: Vec<(String, String)>,
+}
+
+impl PathMap {
+    fn new(repo: &Repo, chapter: &Chapter, crate_dir: &Path, member: &str) -> PathMap {
+        let learner_dir = format!("{}/", learner::shown(repo, &chapter.dir));
+        PathMap {
+            pairs: vec![
+                (format!("{}/", crate_dir.display()), learner_dir.clone()),
+                (format!("{member}/"), learner_dir),
+            ],
+        }
+    }
+
+    fn rewrite(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for (from, to) in &self.pairs {
+            text = text.replace(from.as_str(), to);
+        }
+        text
+    }
+}
+
+/// Where a failed test panicked (`exercises/ch01/src/lib.rs:12:5`), from its output.
+pub fn panic_location(outcome: &TestOutcome) -> Option<String> {
+    [&outcome.stdout, &outcome.stderr]
+        .into_iter()
+        .find_map(|text| {
+            text.lines().find_map(|line| {
+                // `thread 'name' panicked at FILE:LINE:COL:`; newer toolchains put `(id)`
+                // before `panicked`.
+                let rest = line.strip_prefix("thread '")?;
+                let at = rest.find(" panicked at ")?;
+                let location = rest[at + " panicked at ".len()..].trim_end();
+                Some(location.strip_suffix(':').unwrap_or(location).to_string())
+            })
+        })
+}
+
+/// The report of one check: per exercise what passed, what failed and why.
+pub fn render(repo: &Repo, check: &ChapterCheck) -> String {
+    let chapter = &check.chapter;
+    let mut out = String::new();
+    let _ = writeln!(out, "{} — {}", chapter.name, chapter.info.title);
+    let src = learner::shown(repo, &chapter.dir.join("src"));
+    let tests = match check.tests_source {
+        TestsSource::Embedded => "the official tests".to_string(),
+        TestsSource::Repository => format!(
+            "the tests in {}",
+            learner::shown(repo, &chapter.dir.join("tests"))
+        ),
+    };
+    let _ = writeln!(out, "  your code in {src}, checked by {tests}");
+    if check.tests_differ {
+        let _ = writeln!(
+            out,
+            "  note: your {} differ from the official tests; check runs the official ones, as \
+             grading does",
+            learner::shown(repo, &chapter.dir.join("tests"))
+        );
+    }
+    out.push('\n');
+
+    if let Some(failure) = &check.build_failure {
+        let _ = writeln!(out, "✗ {} does not compile, so no test ran:", chapter.name);
+        out.push('\n');
+        let first = failure
+            .errors
+            .first()
+            .map(String::as_str)
+            .unwrap_or("the build failed");
+        const MAX_LINES: usize = 24;
+        for line in first.lines().take(MAX_LINES) {
+            let _ = writeln!(out, "    {line}");
+        }
+        if first.lines().count() > MAX_LINES {
+            let _ = writeln!(out, "    ...");
+        }
+        if failure.errors.len() > 1 {
+            let _ = writeln!(
+                out,
+                "\n  (the first error of several: fix it first, the others may follow from it)"
+            );
+        }
+        return out;
+    }
+
+    let width = chapter
+        .info
+        .exercises
+        .iter()
+        .map(|e| e.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    let outcome = |test: &str| check.outcomes.iter().find(|o| o.case.name == test);
+    let statuses = learner::chapter_status(chapter, Some(&check.record));
+    for status in &statuses {
+        let ex = status.exercise;
+        match status.state {
+            State::Done => {
+                let _ = writeln!(
+                    out,
+                    "✓ {:<width$}  done ({}/{} tests pass)",
+                    ex.name, status.passed, status.total
+                );
+            }
+            State::NotStarted => {
+                // Where the first todo!() is, so the learner knows where to start.
+                let at = ex
+                    .tests
+                    .keys()
+                    .filter_map(|t| outcome(t))
+                    .find(|o| o.message.contains(TODO_MESSAGE))
+                    .and_then(panic_location)
+                    .map(|loc| format!(": todo!() at {loc}"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "· {:<width$}  not started (0/{} tests pass){at}",
+                    ex.name, status.total
+                );
+            }
+            State::Failing => {
+                let _ = writeln!(
+                    out,
+                    "✗ {:<width$}  {}/{} tests pass",
+                    ex.name, status.passed, status.total
+                );
+                for test in ex.tests.keys() {
+                    match outcome(test) {
+                        Some(o) if o.verdict == Verdict::Passed => {
+                            let _ = writeln!(out, "    ✓ {test}");
+                        }
+                        Some(o) => {
+                            let _ = writeln!(out, "    ✗ {test}");
+                            let _ = writeln!(out, "        {}", why(o));
+                            if let Some(loc) = panic_location(o) {
+                                let _ = writeln!(out, "        at {loc}");
+                            }
+                        }
+                        None => {
+                            let _ = writeln!(out, "    ✗ {test}");
+                            let _ = writeln!(
+                                out,
+                                "        no such test in the official tests (a mistake in \
+                                 chapter.toml: tell the workbook's authors)"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let listed = chapter.info.tests().count();
+    let passed = chapter
+        .info
+        .tests()
+        .filter(|(_, t, _)| outcome(t).is_some_and(|o| o.verdict == Verdict::Passed))
+        .count();
+    let done = statuses.iter().filter(|s| s.state == State::Done).count();
+    out.push('\n');
+    if check.passed() {
+        let _ = writeln!(out, "All {listed} tests pass: {} is done.", chapter.name);
+    } else {
+        let _ = writeln!(
+            out,
+            "{passed} of {listed} tests pass; {done} of {} exercises done.",
+            statuses.len()
+        );
+    }
+    out
+}
+
+/// One line saying why a test did not pass.
+fn why(outcome: &TestOutcome) -> String {
+    match outcome.verdict {
+        Verdict::TimedOut => format!(
+            "{} (an endless loop, or waiting for something that never comes?)",
+            outcome.message
+        ),
+        _ if outcome.message.is_empty() => "failed without a message".to_string(),
+        _ => outcome.message.clone(),
+    }
+}
+
+/// What to do after a check: the solution and the next chapter when it passed, else how to go on.
+pub fn next_after(
+    repo: &Repo,
+    check: &ChapterCheck,
+    chapters: &[Chapter],
+    progress: &crate::progress::Progress,
+) -> Vec<String> {
+    let cmd = learner::command_prefix(repo);
+    let name = &check.chapter.name;
+    if !check.passed() {
+        let file = learner::file_to_edit(repo, &check.chapter);
+        let exercise = learner::chapter_status(&check.chapter, Some(&check.record))
+            .into_iter()
+            .find(|s| s.state != State::Done)
+            .map(|s| s.exercise.name.clone())
+            .unwrap_or_default();
+        let what = if check.build_failure.is_some() {
+            "Fix the error".to_string()
+        } else {
+            format!("Next: work on {exercise}")
+        };
+        return vec![
+            format!("{what} in {file}, then check again:"),
+            format!("  {cmd} check {name}"),
+            format!("  (or `{cmd} watch {name}` to check on every save)"),
+            format!("Stuck? A hint: {cmd} hint {name} {exercise}"),
+        ];
+    }
+    let mut lines = vec![
+        "Compare your code with the reference solution:".to_string(),
+        format!("  {cmd} solution {name}"),
+    ];
+    match learner::first_unfinished(chapters, progress) {
+        Some(next) => {
+            lines.push(format!("Next chapter: \"{}\":", next.info.title));
+            lines.push(format!("  {cmd} check {}", next.name));
+        }
+        None => lines.push("Every chapter passes. Well done!".to_string()),
+    }
+    lines
+}

@@ -1,0 +1,152 @@
+//! `workbook reset <chapter>`: puts the original stubs back in `exercises/<chapter>/src` from the
+//! copies the binary carries, after asking, and keeps a backup of every file it replaces or
+//! removes under `target/workbook/backups/<chapter>-<time>/`. `tests/` is never touched.
+
+use crate::app_state::Repo;
+use crate::cli::ResetArgs;
+use crate::embedded;
+use crate::learner;
+use crate::progress::{self, StateFile};
+use anyhow::{Context, Result, anyhow, bail};
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// `workbook reset`.
+pub fn run(root: Option<&Path>, args: &ResetArgs) -> Result<ExitCode> {
+    let repo = Repo::from_option(root)?;
+    let names = repo.select_chapters(std::slice::from_ref(&args.chapter))?;
+    let name = names.first().context("no chapter chosen")?;
+    let copy = embedded::chapter(name).ok_or_else(|| {
+        anyhow!(
+            "this workbook binary carries no copy of {name}'s stubs (its copies are from {}); \
+             with git, `git checkout -- exercises/{name}/src` restores them",
+            embedded::source()
+        )
+    })?;
+    let stubs: Vec<(&str, &[u8])> = copy.files_under("src").collect();
+    if stubs.is_empty() {
+        bail!("the binary's copy of {name} has no src/ files");
+    }
+    let src = repo.exercises_dir().join(name).join("src");
+    let shown_src = learner::shown(&repo, &src);
+    let current = read_tree(&src)?;
+    let stub_map: BTreeMap<PathBuf, &[u8]> =
+        stubs.iter().map(|(p, b)| (PathBuf::from(p), *b)).collect();
+    let replaced: Vec<&PathBuf> = current
+        .keys()
+        .filter(|p| stub_map.get(*p).is_none_or(|stub| current[*p] != *stub))
+        .collect();
+    let missing = stub_map
+        .keys()
+        .filter(|p| !current.contains_key(*p))
+        .count();
+    if replaced.is_empty() && missing == 0 {
+        println!("{shown_src} already holds the original stubs: nothing to reset.");
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    println!(
+        "Reset {name}: {shown_src} gets the original stubs back ({}).",
+        embedded::source()
+    );
+    if !replaced.is_empty() {
+        println!("These files of yours are replaced or removed (a backup is kept):");
+        for path in &replaced {
+            println!("  {shown_src}/{}", path.display());
+        }
+    }
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            eprintln!(
+                "refusing to reset {name} without confirmation: there is no terminal to ask on. \
+                 Run it again with --yes to reset (your files are backed up first)."
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        print!("Go ahead? [y/N] ");
+        std::io::stdout().flush().context("writing the question")?;
+        let mut answer = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut answer)
+            .context("reading the answer")?;
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            println!("Nothing was changed.");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+
+    if !current.is_empty() {
+        let backup = backup(&repo, name, &current)?;
+        println!(
+            "Your previous files are kept in {}",
+            learner::shown(&repo, &backup)
+        );
+    }
+    let written = embedded::write_exact(&src, &stubs)?;
+    StateFile::of(&repo).update(|p| p.chapter_mut(name).check = None)?;
+    println!(
+        "Restored {shown_src}: {written} file(s) written, {} removed. Your tests/ were not \
+         touched.",
+        replaced
+            .iter()
+            .filter(|p| !stub_map.contains_key(**p))
+            .count()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every file under `dir` with its bytes, by path relative to `dir` (a link is read through; one
+/// that leads nowhere is an error: it cannot be backed up).
+pub fn read_tree(dir: &Path) -> Result<BTreeMap<PathBuf, Vec<u8>>> {
+    fn walk(dir: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) -> Result<()> {
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+            let path = entry.path();
+            let rel = rel.join(entry.file_name());
+            if path.is_dir() {
+                walk(&path, &rel, out)?;
+            } else {
+                let bytes =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                out.insert(rel, bytes);
+            }
+        }
+        Ok(())
+    }
+    let mut out = BTreeMap::new();
+    if dir.is_dir() {
+        walk(dir, Path::new(""), &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Copies `files` (the chapter's current `src/`) to a new `target/workbook/backups/<chapter>-<time>/src`
+/// and reads the copy back before anything is replaced. Returns the backup's directory.
+pub fn backup(repo: &Repo, name: &str, files: &BTreeMap<PathBuf, Vec<u8>>) -> Result<PathBuf> {
+    let dir = progress::unique_path(
+        &repo
+            .work_dir()
+            .join("backups")
+            .join(format!("{name}-{}", progress::stamp())),
+    );
+    let src = dir.join("src");
+    for (rel, bytes) in files {
+        let path = src.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, bytes)
+            .with_context(|| format!("backing up to {}", path.display()))?;
+    }
+    if read_tree(&src)? != *files {
+        bail!(
+            "the backup in {} does not read back as written; nothing was reset",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}

@@ -1,0 +1,118 @@
+//! `workbook start`: the learner's way in. Checks the environment in brief, builds the book,
+//! shows progress and the next command, and serves the book on 127.0.0.1 (`--no-serve`: build and
+//! report only).
+
+use crate::app_state::Repo;
+use crate::cli::StartArgs;
+use crate::learner;
+use crate::list;
+use crate::progress::StateFile;
+use crate::serve::{self, Server};
+use anyhow::Result;
+use gpumem::{AllocatorConfig, Device};
+use std::path::Path;
+use std::process::ExitCode;
+
+/// `workbook start`.
+pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
+    let repo = Repo::from_option(root)?;
+    let cmd = learner::command_prefix(&repo);
+    println!("GPU Memory Workbook\n");
+    let (env_lines, env_ok) = environment();
+    for line in env_lines {
+        println!("  {line}");
+    }
+    if !env_ok {
+        println!("  (details: {cmd} doctor)");
+    }
+
+    let book = match crate::book::build(&repo.book_dir(), None) {
+        Ok(out) => {
+            println!("  {:<12}built in {}", "book", learner::shown(&repo, &out));
+            Some(out)
+        }
+        Err(e) => {
+            println!("  {:<12}could not be built: {e:#}", "book");
+            None
+        }
+    };
+
+    let chapters = learner::load_chapters(&repo)?;
+    let progress = StateFile::of(&repo).load()?;
+    let (done, total) = list::totals(&chapters, &progress);
+    println!("  {:<12}{}", "progress", learner::progress_bar(done, total));
+    println!("  {:<12}{cmd} list", "details");
+    println!();
+    for line in learner::next_steps(&repo, &chapters, &progress) {
+        println!("{line}");
+    }
+    println!();
+
+    let Some(book) = book else {
+        return Ok(ExitCode::FAILURE);
+    };
+    if args.no_serve {
+        println!(
+            "The book is in {}; open index.html there, or serve it: {cmd} book --serve",
+            learner::shown(&repo, &book)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let server = match args.port {
+        Some(port) => Server::bind(&book, port)?,
+        None => Server::bind_near(&book, serve::DEFAULT_PORT)?,
+    };
+    crate::book::serve_until_interrupted(server, args.open)
+}
+
+/// A few lines on the device the exercises will use and whether the settings are sound; false
+/// when something is broken.
+fn environment() -> (Vec<String>, bool) {
+    let mut lines = Vec::new();
+    let mut ok = true;
+    let cuda = match gpumem::cuda::unavailable_reason() {
+        None => format!("available, {} device(s)", gpumem::cuda::device_count()),
+        Some(reason) => format!("not available ({reason})"),
+    };
+    lines.push(format!("{:<12}{cuda}", "CUDA"));
+    match Device::from_env() {
+        Ok(dev) => {
+            let name = dev
+                .properties()
+                .map(|p| format!(" ({})", p.name))
+                .unwrap_or_default();
+            let why = if dev.is_cuda() {
+                ""
+            } else {
+                ": the caching allocator runs over host memory, and every number the book teaches \
+                 comes out the same"
+            };
+            lines.push(format!("{:<12}{dev}{name}{why}", "device"));
+        }
+        Err(e) => {
+            ok = false;
+            lines.push(format!(
+                "{:<12}GPUMEM_DEVICE names no usable device: {e}",
+                "device"
+            ));
+        }
+    }
+    if let Err(e) = AllocatorConfig::from_env() {
+        ok = false;
+        lines.push(format!(
+            "{:<12}GPUMEM_ALLOC_CONF is malformed: {e}",
+            "settings"
+        ));
+    }
+    if let Err(e) = gpumem::backend_cpu::cpu_capacity() {
+        ok = false;
+        lines.push(format!(
+            "{:<12}GPUMEM_CPU_CAPACITY is malformed: {e}",
+            "settings"
+        ));
+    }
+    if ok {
+        lines.push(format!("{:<12}ok", "settings"));
+    }
+    (lines, ok)
+}
