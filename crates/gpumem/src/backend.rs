@@ -132,6 +132,8 @@ pub trait DeviceBackend: RawMemory {
     ) -> Result<()>;
     /// Records an event at the current end of `stream`'s work.
     fn record_event(&self, stream: RawStream) -> Result<RawEvent>;
+    /// Makes future work on `stream` wait for `event`, on the device (the host does not wait).
+    fn stream_wait_event(&self, stream: RawStream, event: &RawEvent) -> Result<()>;
     /// Whether all work before the event has finished.
     fn event_query(&self, event: &RawEvent) -> Result<bool>;
     /// Waits for the event.

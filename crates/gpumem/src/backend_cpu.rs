@@ -191,6 +191,10 @@ impl DeviceBackend for CpuBackend {
         Ok(RawEvent::Host(Instant::now()))
     }
 
+    fn stream_wait_event(&self, _stream: RawStream, _event: &RawEvent) -> Result<()> {
+        Ok(())
+    }
+
     fn event_query(&self, _event: &RawEvent) -> Result<bool> {
         Ok(true)
     }

@@ -279,6 +279,18 @@ impl DeviceBackend for CudaBackend {
         Ok(RawEvent::Cuda(event as usize as u64))
     }
 
+    fn stream_wait_event(&self, stream: RawStream, event: &RawEvent) -> Result<()> {
+        let ev = self.cu_event(event, "cuStreamWaitEvent")?;
+        // SAFETY: the event came from `record_event` and is alive; the stream is null or alive.
+        self.call("cuStreamWaitEvent", || unsafe {
+            result::stream::wait_event(
+                cu_stream(stream),
+                ev,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        })
+    }
+
     fn event_query(&self, event: &RawEvent) -> Result<bool> {
         let ev = self.cu_event(event, "cuEventQuery")?;
         self.bind()?;

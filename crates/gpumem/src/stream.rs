@@ -85,6 +85,22 @@ impl Stream {
         self.inner.device.synchronize_raw(self.inner.raw)
     }
 
+    /// Makes work queued on this stream from now on wait for `event` (`torch.cuda.Stream.wait_event`);
+    /// the host does not wait. On cpu all work is already in order.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.inner
+            .device
+            .inner
+            .backend
+            .stream_wait_event(self.inner.raw, event.raw())
+    }
+
+    /// Makes work queued on this stream from now on wait for all work queued on `other` so far
+    /// (`torch.cuda.Stream.wait_stream`).
+    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+        self.wait_event(&other.record_event()?)
+    }
+
     /// Marks the current end of this stream's work.
     pub fn record_event(&self) -> Result<Event> {
         let raw = self

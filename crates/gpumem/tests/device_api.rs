@@ -336,3 +336,20 @@ fn probe_capacity() {
         "{err}"
     );
 }
+
+#[test]
+fn a_stream_can_wait_for_another_streams_work() {
+    let dev = gpumem::testing::device();
+    let copy = dev.stream().unwrap();
+    let compute = dev.stream().unwrap();
+    let mut staging = dev.alloc_pinned::<u32>(256).unwrap();
+    staging.as_mut_slice().fill(7);
+    let mut on_device = copy.alloc::<u32>(256).unwrap();
+    staging.copy_to_device_async(&mut on_device, &copy).unwrap();
+    compute.wait_stream(&copy).unwrap();
+    let done = copy.record_event().unwrap();
+    compute.wait_event(&done).unwrap();
+    compute.synchronize().unwrap();
+    copy.synchronize().unwrap();
+    assert_eq!(on_device.to_vec().unwrap(), vec![7; 256]);
+}
