@@ -22,6 +22,7 @@ pub mod pinned;
 pub mod stats;
 pub mod stream;
 pub mod testing;
+pub mod trace;
 pub mod transfer;
 
 pub use allocator::{Allocation, CachingAllocator, StreamId};
