@@ -46,6 +46,10 @@ pub enum Command {
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit
     /// XML, CSV, and a feedback report per student.
     Grade(GradeArgs),
+    /// Draw a gpumem snapshot as SVG: memory over time, and each segment with its blocks.
+    Viz(VizArgs),
+    /// Make the book's pictures from each chapter's walkthrough, or check they are up to date.
+    Pictures(PicturesArgs),
 }
 
 /// Flags of `workbook verify`.
@@ -242,4 +246,39 @@ pub enum GradeFormat {
     Table,
     /// Gradescope's results.json (several submissions: an object of them by student).
     Json,
+}
+
+/// Flags of `workbook viz`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Write a snapshot with `dev.record_memory_history(true)` before the work and \
+                  `std::fs::write(path, dev.snapshot().to_json())` after it."
+)]
+pub struct VizArgs {
+    /// The snapshot: the JSON that `dev.snapshot().to_json()` writes.
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: PathBuf,
+    /// The SVG file to write.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+    /// What to draw: the timeline, the segment map, or both (one above the other).
+    #[arg(long, value_enum, default_value_t = crate::viz::View::Both)]
+    pub view: crate::viz::View,
+}
+
+/// Flags of `workbook pictures`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A chapter has pictures when its examples/walkthrough.rs reads GPUMEM_SNAPSHOT: \
+                  with that variable set, it records the allocator's history from the start and \
+                  writes `dev.snapshot().to_json()` to the file it names. Each walkthrough runs \
+                  with GPUMEM_DEVICE=cpu; the pictures go to book/src/pictures/."
+)]
+pub struct PicturesArgs {
+    /// Chapters, by name or unique prefix (`ch03`); default: every chapter with pictures.
+    #[arg(value_name = "CHAPTER")]
+    pub chapters: Vec<String>,
+    /// Write nothing; exit with 1 when a committed picture differs from what the code makes.
+    #[arg(long)]
+    pub check: bool,
 }

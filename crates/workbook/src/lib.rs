@@ -13,6 +13,7 @@ pub mod grade;
 pub mod hint;
 pub mod learner;
 pub mod list;
+pub mod pictures;
 pub mod progress;
 pub mod reset;
 pub mod runner;
@@ -21,6 +22,7 @@ pub mod serve;
 pub mod solution;
 pub mod start;
 pub mod verify;
+pub mod viz;
 pub mod watch;
 
 use anyhow::Result;
@@ -62,5 +64,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Book(args) => book::run(cli.root.as_deref(), &args),
+        Command::Viz(args) => viz::run(&args),
+        Command::Pictures(args) => pictures::run(cli.root.as_deref(), &args),
     }
 }

@@ -1,0 +1,972 @@
+//! `workbook viz`: a `gpumem` snapshot drawn as SVG: the active memory timeline (allocated and
+//! reserved bytes after each event of the trace, as PyTorch's memory_viz draws it) and the segment
+//! map (each reserved segment with its live, pending, free and split blocks).
+//!
+//! The drawing is plain SVG written by hand: no script, no fonts to fetch, and the same snapshot
+//! always gives the same bytes. Host addresses differ from run to run, so none is printed: blocks
+//! are placed by their offset in their segment, and segments are shown in the order they were
+//! reserved.
+
+use anyhow::{Context, Result};
+use gpumem::history::{BlockState, SegmentInfo};
+use gpumem::{Snapshot, TraceAction};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Which pictures to draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum View {
+    /// The timeline above the segment map, in one SVG.
+    Both,
+    /// Allocated and reserved bytes over the trace.
+    Timeline,
+    /// Each segment with its blocks.
+    Segments,
+}
+
+/// `workbook viz`: reads the snapshot, draws it, writes the SVG.
+pub fn run(args: &crate::cli::VizArgs) -> Result<std::process::ExitCode> {
+    let snapshot = read_snapshot(&args.snapshot)?;
+    let svg = render(&snapshot, args.view);
+    std::fs::write(&args.output, svg)
+        .with_context(|| format!("writing the picture to {}", args.output.display()))?;
+    println!("wrote {}", args.output.display());
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Reads a snapshot written by `Snapshot::to_json`, with errors that name the file.
+pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the snapshot {}", path.display()))?;
+    Snapshot::from_json(&text).with_context(|| {
+        format!(
+            "{} is not a gpumem snapshot (the JSON that `dev.snapshot().to_json()` writes)",
+            path.display()
+        )
+    })
+}
+
+/// The SVG of `view` for `snapshot`.
+pub fn render(snapshot: &Snapshot, view: View) -> String {
+    let figures = match view {
+        View::Both => vec![timeline(snapshot), segment_map(snapshot)],
+        View::Timeline => vec![timeline(snapshot)],
+        View::Segments => vec![segment_map(snapshot)],
+    };
+    document(&figures)
+}
+
+/// The active memory timeline alone.
+pub fn timeline_svg(snapshot: &Snapshot) -> String {
+    render(snapshot, View::Timeline)
+}
+
+/// The segment map alone.
+pub fn segments_svg(snapshot: &Snapshot) -> String {
+    render(snapshot, View::Segments)
+}
+
+/// The width of every picture, in pixels.
+const WIDTH: f64 = 860.0;
+const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, \
+                    sans-serif";
+const INK: &str = "#1f2328";
+const MUTED: &str = "#57606a";
+const GRID: &str = "#d8dee4";
+const RESERVED_LINE: &str = "#b35c00";
+const RESERVED_FILL: &str = "#fbe3c4";
+const ALLOCATED_LINE: &str = "#0b5ea8";
+const ALLOCATED_FILL: &str = "#8cc0ea";
+const OOM: &str = "#c62828";
+const LIVE: &str = "#0b5ea8";
+const PENDING: &str = "#e69f00";
+const FREE: &str = "#e3e6ea";
+const SPLIT_LINES: &str = "#8c959f";
+
+/// One drawing: its height and its SVG elements, drawn from y = 0.
+struct Figure {
+    height: f64,
+    body: String,
+    title: String,
+}
+
+/// The figures one below the other in one SVG document.
+fn document(figures: &[Figure]) -> String {
+    let height: f64 = figures.iter().map(|f| f.height).sum();
+    let title = figures
+        .iter()
+        .map(|f| f.title.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="{FONT}" role="img">"#,
+        w = num(WIDTH),
+        h = num(height),
+    );
+    let _ = writeln!(out, "<title>{}</title>", esc(&title));
+    let _ = writeln!(
+        out,
+        r#"<defs><pattern id="split" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="{FREE}"/><line x1="0" y1="0" x2="0" y2="6" stroke="{SPLIT_LINES}" stroke-width="2"/></pattern></defs>"#
+    );
+    let _ = writeln!(
+        out,
+        r#"<rect x="0.5" y="0.5" width="{}" height="{}" rx="6" fill="white" stroke="{GRID}"/>"#,
+        num(WIDTH - 1.0),
+        num(height - 1.0)
+    );
+    let mut y = 0.0;
+    for figure in figures {
+        let _ = writeln!(out, r#"<g transform="translate(0,{})">"#, num(y));
+        out.push_str(&figure.body);
+        out.push_str("</g>\n");
+        y += figure.height;
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The running totals: before the first event, then after each one.
+fn totals(snapshot: &Snapshot) -> Vec<(u64, u64)> {
+    let Some(first) = snapshot.trace.first() else {
+        return Vec::new();
+    };
+    // The trace holds the totals after each event; the state before the first one is that event
+    // undone.
+    let before = match first.action {
+        TraceAction::Alloc => (first.allocated.saturating_sub(first.size), first.reserved),
+        TraceAction::Free => (first.allocated + first.size, first.reserved),
+        TraceAction::SegmentAlloc => (first.allocated, first.reserved.saturating_sub(first.size)),
+        TraceAction::SegmentFree => (first.allocated, first.reserved + first.size),
+        TraceAction::Oom => (first.allocated, first.reserved),
+    };
+    std::iter::once(before)
+        .chain(snapshot.trace.iter().map(|e| (e.allocated, e.reserved)))
+        .collect()
+}
+
+/// The active memory timeline: allocated and reserved bytes after each event of the trace.
+fn timeline(snapshot: &Snapshot) -> Figure {
+    const LEFT: f64 = 92.0;
+    const RIGHT: f64 = WIDTH - 24.0;
+    const TOP: f64 = 92.0;
+    const BOTTOM: f64 = 312.0;
+    let events = snapshot.trace.len();
+    let totals = totals(snapshot);
+    let peak_allocated = totals.iter().map(|t| t.0).max().unwrap_or(0);
+    let peak_reserved = totals.iter().map(|t| t.1).max().unwrap_or(0);
+    let ooms = snapshot
+        .trace
+        .iter()
+        .filter(|e| e.action == TraceAction::Oom)
+        .count();
+    let title = format!("Active memory timeline · {}", snapshot.device);
+    let mut b = String::new();
+    text(&mut b, 20.0, 28.0, 17.0, INK, "start", true, &title);
+    let mut summary = format!(
+        "{events} allocator event{} · peak allocated {} · peak reserved {}",
+        plural(events),
+        size(peak_allocated),
+        size(peak_reserved)
+    );
+    if ooms > 0 {
+        let _ = write!(summary, " · {ooms} out of memory");
+    }
+    text(&mut b, 20.0, 50.0, 13.0, MUTED, "start", false, &summary);
+    let mut legend = vec![
+        (
+            RESERVED_FILL,
+            RESERVED_LINE,
+            "reserved: segments held from the device (memory_reserved)",
+        ),
+        (
+            ALLOCATED_FILL,
+            ALLOCATED_LINE,
+            "allocated: live blocks (memory_allocated)",
+        ),
+    ];
+    if ooms > 0 {
+        legend.push(("#ffffff", OOM, "out of memory"));
+    }
+    let mut x = 20.0;
+    for (fill, stroke, label) in legend {
+        swatch(&mut b, x, 62.0, fill, stroke);
+        text(&mut b, x + 20.0, 73.0, 12.0, INK, "start", false, label);
+        x += 30.0 + text_width(label, 12.0);
+    }
+
+    let (step, top) = byte_ticks(peak_reserved.max(peak_allocated));
+    let domain = events.max(1) as f64;
+    let px = |i: f64| LEFT + (RIGHT - LEFT) * i / domain;
+    let py = |v: u64| BOTTOM - (BOTTOM - TOP) * v as f64 / top as f64;
+    let label_unit = unit_for(top);
+    let mut tick = 0;
+    while tick <= top {
+        let y = py(tick);
+        let _ = writeln!(
+            b,
+            r#"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="{GRID}" stroke-width="1"/>"#,
+            num(LEFT),
+            num(RIGHT),
+            y = num(y)
+        );
+        text(
+            &mut b,
+            LEFT - 8.0,
+            y + 4.0,
+            11.0,
+            MUTED,
+            "end",
+            false,
+            &in_unit(tick, label_unit),
+        );
+        tick += step;
+    }
+    let x_step = count_step(events);
+    let mut i = 0;
+    while i <= events {
+        let x = px(i as f64);
+        let _ = writeln!(
+            b,
+            r#"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="{MUTED}" stroke-width="1"/>"#,
+            num(BOTTOM),
+            num(BOTTOM + 5.0),
+            x = num(x)
+        );
+        text(
+            &mut b,
+            x,
+            BOTTOM + 18.0,
+            11.0,
+            MUTED,
+            "middle",
+            false,
+            &i.to_string(),
+        );
+        i += x_step;
+    }
+    text(
+        &mut b,
+        (LEFT + RIGHT) / 2.0,
+        BOTTOM + 38.0,
+        12.0,
+        MUTED,
+        "middle",
+        false,
+        "allocator event (index in the trace); each step is one alloc, free, segment_alloc or segment_free",
+    );
+
+    if events == 0 {
+        text(
+            &mut b,
+            (LEFT + RIGHT) / 2.0,
+            (TOP + BOTTOM) / 2.0,
+            14.0,
+            MUTED,
+            "middle",
+            false,
+            "No events recorded: call dev.record_memory_history(true) before the work.",
+        );
+    } else {
+        for (series, fill, line) in [
+            (1, RESERVED_FILL, RESERVED_LINE),
+            (0, ALLOCATED_FILL, ALLOCATED_LINE),
+        ] {
+            let value = |t: &(u64, u64)| if series == 0 { t.0 } else { t.1 };
+            let steps = step_path(&totals, value, &px, &py);
+            let _ = writeln!(
+                b,
+                r#"<path d="{steps} V {} H {} Z" fill="{fill}" fill-opacity="0.85" stroke="none"/>"#,
+                num(BOTTOM),
+                num(LEFT)
+            );
+            let _ = writeln!(
+                b,
+                r#"<path d="{steps}" fill="none" stroke="{line}" stroke-width="2" stroke-linejoin="round"/>"#
+            );
+        }
+        for (i, e) in snapshot.trace.iter().enumerate() {
+            if e.action == TraceAction::Oom {
+                let x = num(px(i as f64));
+                let _ = writeln!(
+                    b,
+                    r#"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="{OOM}" stroke-width="2" stroke-dasharray="4 3"><title>event {i}: out of memory asking for {}</title></line>"#,
+                    num(TOP),
+                    num(BOTTOM),
+                    size(e.size)
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        b,
+        r#"<line x1="{l}" y1="{t}" x2="{l}" y2="{bo}" stroke="{MUTED}"/><line x1="{l}" y1="{bo}" x2="{r}" y2="{bo}" stroke="{MUTED}"/>"#,
+        l = num(LEFT),
+        r = num(RIGHT),
+        t = num(TOP),
+        bo = num(BOTTOM)
+    );
+    Figure {
+        height: BOTTOM + 56.0,
+        body: b,
+        title: format!("{title}: {summary}"),
+    }
+}
+
+/// The step line of one series: the value after event `i` holds from x = i to x = i + 1.
+fn step_path(
+    totals: &[(u64, u64)],
+    value: impl Fn(&(u64, u64)) -> u64,
+    px: &impl Fn(f64) -> f64,
+    py: &impl Fn(u64) -> f64,
+) -> String {
+    let mut path = format!("M {} {}", num(px(0.0)), num(py(value(&totals[0]))));
+    let mut last = value(&totals[0]);
+    for (i, t) in totals.iter().enumerate().skip(1) {
+        let v = value(t);
+        if v != last {
+            let _ = write!(path, " H {} V {}", num(px((i - 1) as f64)), num(py(v)));
+            last = v;
+        }
+    }
+    let _ = write!(path, " H {}", num(px((totals.len() - 1) as f64)));
+    path
+}
+
+/// How a block is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Live,
+    Pending,
+    Free,
+    FreeSplit,
+}
+
+impl Kind {
+    fn of(state: BlockState, blocks_in_segment: usize) -> Kind {
+        match state {
+            BlockState::ActiveAllocated => Kind::Live,
+            BlockState::ActivePendingFree => Kind::Pending,
+            BlockState::Inactive if blocks_in_segment > 1 => Kind::FreeSplit,
+            BlockState::Inactive => Kind::Free,
+        }
+    }
+
+    fn fill(self) -> &'static str {
+        match self {
+            Kind::Live => LIVE,
+            Kind::Pending => PENDING,
+            Kind::Free => FREE,
+            Kind::FreeSplit => "url(#split)",
+        }
+    }
+
+    fn ink(self) -> &'static str {
+        match self {
+            Kind::Live => "#ffffff",
+            _ => INK,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Live => "live",
+            Kind::Pending => "pending free",
+            Kind::Free => "free (cached)",
+            Kind::FreeSplit => "free split (inactive_split)",
+        }
+    }
+}
+
+/// The segments in the order they were reserved: by their last `segment_alloc` in the trace;
+/// segments reserved before recording began come first, by pool and size.
+fn reservation_order(snapshot: &Snapshot) -> Vec<&SegmentInfo> {
+    let reserved_at = |s: &SegmentInfo| {
+        snapshot
+            .trace
+            .iter()
+            .rposition(|e| e.action == TraceAction::SegmentAlloc && e.addr == s.address)
+    };
+    let mut segments: Vec<(Option<usize>, &SegmentInfo)> = snapshot
+        .segments
+        .iter()
+        .map(|s| (reserved_at(s), s))
+        .collect();
+    segments.sort_by(|(a, s), (b, t)| {
+        a.cmp(b)
+            .then(s.stream.cmp(&t.stream))
+            .then(s.segment_type.cmp(&t.segment_type))
+            .then(s.total_size.cmp(&t.total_size))
+            .then(s.address.cmp(&t.address))
+    });
+    segments.into_iter().map(|(_, s)| s).collect()
+}
+
+/// The segment map: one bar per segment, as long as its size, with its blocks by state.
+fn segment_map(snapshot: &Snapshot) -> Figure {
+    const BAR_LEFT: f64 = 176.0;
+    const BAR_MAX: f64 = WIDTH - 24.0 - BAR_LEFT;
+    const ROW: f64 = 62.0;
+    const FIRST_ROW: f64 = 100.0;
+    let segments = reservation_order(snapshot);
+    let reserved: u64 = segments.iter().map(|s| s.total_size).sum();
+    let mut by_kind = [0u64; 4];
+    for s in &segments {
+        for block in &s.blocks {
+            by_kind[Kind::of(block.state, s.blocks.len()) as usize] += block.size;
+        }
+    }
+    let title = format!("Segments · {}", snapshot.device);
+    let summary = format!(
+        "{} segment{} reserved ({}) · live {} · pending free {} · free {} (of which split {})",
+        segments.len(),
+        plural(segments.len()),
+        size(reserved),
+        size(by_kind[Kind::Live as usize]),
+        size(by_kind[Kind::Pending as usize]),
+        size(by_kind[Kind::Free as usize] + by_kind[Kind::FreeSplit as usize]),
+        size(by_kind[Kind::FreeSplit as usize]),
+    );
+    let mut b = String::new();
+    text(&mut b, 20.0, 28.0, 17.0, INK, "start", true, &title);
+    text(&mut b, 20.0, 50.0, 13.0, MUTED, "start", false, &summary);
+    let mut x = 20.0;
+    for kind in [Kind::Live, Kind::Pending, Kind::Free, Kind::FreeSplit] {
+        swatch(&mut b, x, 62.0, kind.fill(), MUTED);
+        text(
+            &mut b,
+            x + 20.0,
+            73.0,
+            12.0,
+            INK,
+            "start",
+            false,
+            kind.name(),
+        );
+        x += 34.0 + text_width(kind.name(), 12.0);
+    }
+
+    if segments.is_empty() {
+        text(
+            &mut b,
+            WIDTH / 2.0,
+            FIRST_ROW + 20.0,
+            14.0,
+            MUTED,
+            "middle",
+            false,
+            "No segments reserved when the snapshot was taken.",
+        );
+        return Figure {
+            height: FIRST_ROW + 50.0,
+            body: b,
+            title: format!("{title}: {summary}"),
+        };
+    }
+    let largest = segments
+        .iter()
+        .map(|s| s.total_size)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    for (n, s) in segments.iter().enumerate() {
+        let top = FIRST_ROW + ROW * n as f64;
+        text(
+            &mut b,
+            20.0,
+            top + 13.0,
+            13.0,
+            INK,
+            "start",
+            true,
+            &format!("segment {} · {}", n + 1, size(s.total_size)),
+        );
+        text(
+            &mut b,
+            20.0,
+            top + 30.0,
+            11.0,
+            MUTED,
+            "start",
+            false,
+            &format!("{} pool · stream {}", s.segment_type, s.stream),
+        );
+        let scale = BAR_MAX / largest as f64;
+        let bar_width = (s.total_size as f64 * scale).max(3.0);
+        let mut offset = 0u64;
+        for block in &s.blocks {
+            let kind = Kind::of(block.state, s.blocks.len());
+            let x = BAR_LEFT + offset as f64 * scale;
+            let w = (block.size as f64 * scale).max(1.0);
+            let mut tip = format!(
+                "offset {} · {} · {}",
+                size(offset),
+                size(block.size),
+                kind.name()
+            );
+            if block.state != BlockState::Inactive {
+                let _ = write!(tip, " · requested {} B", block.requested_size);
+            }
+            let _ = writeln!(
+                b,
+                r#"<rect x="{}" y="{}" width="{}" height="28" fill="{}" stroke="white" stroke-width="1"><title>{}</title></rect>"#,
+                num(x),
+                num(top),
+                num(w),
+                kind.fill(),
+                esc(&tip)
+            );
+            let label = size(block.size);
+            if text_width(&label, 11.0) + 8.0 <= w {
+                let ink = kind.ink();
+                if kind == Kind::FreeSplit {
+                    // A light plate keeps the label readable over the hatching.
+                    let pw = text_width(&label, 11.0) + 6.0;
+                    let _ = writeln!(
+                        b,
+                        r#"<rect x="{}" y="{}" width="{}" height="15" rx="2" fill="{FREE}"/>"#,
+                        num(x + w / 2.0 - pw / 2.0),
+                        num(top + 6.5),
+                        num(pw)
+                    );
+                }
+                text(
+                    &mut b,
+                    x + w / 2.0,
+                    top + 18.0,
+                    11.0,
+                    ink,
+                    "middle",
+                    false,
+                    &label,
+                );
+            }
+            offset += block.size;
+        }
+        let _ = writeln!(
+            b,
+            r#"<rect x="{}" y="{}" width="{}" height="28" fill="none" stroke="{MUTED}" stroke-width="1"/>"#,
+            num(BAR_LEFT),
+            num(top),
+            num(bar_width)
+        );
+        let count = |k: Kind| {
+            s.blocks
+                .iter()
+                .filter(|blk| Kind::of(blk.state, s.blocks.len()) == k)
+                .fold((0usize, 0u64), |(n, bytes), blk| (n + 1, bytes + blk.size))
+        };
+        let mut parts = Vec::new();
+        for kind in [Kind::Live, Kind::Pending, Kind::Free, Kind::FreeSplit] {
+            let (n, bytes) = count(kind);
+            if n > 0 {
+                parts.push(format!(
+                    "{} {} in {n} block{}",
+                    kind.name(),
+                    size(bytes),
+                    plural(n)
+                ));
+            }
+        }
+        text(
+            &mut b,
+            BAR_LEFT,
+            top + 43.0,
+            11.0,
+            MUTED,
+            "start",
+            false,
+            &parts.join(" · "),
+        );
+    }
+    Figure {
+        height: FIRST_ROW + ROW * segments.len() as f64 + 4.0,
+        body: b,
+        title: format!("{title}: {summary}"),
+    }
+}
+
+/// A legend's colour square.
+fn swatch(out: &mut String, x: f64, y: f64, fill: &str, stroke: &str) {
+    let _ = writeln!(
+        out,
+        r#"<rect x="{}" y="{}" width="14" height="14" rx="2" fill="{fill}" stroke="{stroke}" stroke-width="1.5"/>"#,
+        num(x),
+        num(y)
+    );
+}
+
+/// A line of text.
+#[allow(clippy::too_many_arguments)] // Each is one SVG attribute; a struct would only rename them.
+fn text(
+    out: &mut String,
+    x: f64,
+    y: f64,
+    font_size: f64,
+    fill: &str,
+    anchor: &str,
+    bold: bool,
+    content: &str,
+) {
+    let weight = if bold { r#" font-weight="600""# } else { "" };
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="{}" fill="{fill}" text-anchor="{anchor}"{weight}>{}</text>"#,
+        num(x),
+        num(y),
+        num(font_size),
+        esc(content)
+    );
+}
+
+/// About how wide `s` is in a sans-serif font of `font_size` pixels (to decide what fits).
+fn text_width(s: &str, font_size: f64) -> f64 {
+    s.chars().count() as f64 * font_size * 0.56
+}
+
+/// A coordinate with at most one decimal, without a trailing `.0`.
+fn num(v: f64) -> String {
+    let rounded = (v * 10.0).round() / 10.0;
+    if rounded.fract() == 0.0 {
+        format!("{}", rounded as i64)
+    } else {
+        format!("{rounded:.1}")
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Text for SVG: `&`, `<`, `>` and `"` escaped.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const UNITS: [(u64, &str); 5] = [
+    (1 << 40, "TiB"),
+    (1 << 30, "GiB"),
+    (1 << 20, "MiB"),
+    (1 << 10, "KiB"),
+    (1, "B"),
+];
+
+/// A size in the largest binary unit it reaches: exact when it can be (`20 MiB`, `512 B`), else
+/// with two decimals (`1.14 MiB`).
+pub fn size(bytes: u64) -> String {
+    let (unit, name) = unit_for(bytes);
+    format!("{} {name}", ratio(bytes, unit))
+}
+
+/// The largest unit that `bytes` reaches (bytes for 0).
+fn unit_for(bytes: u64) -> (u64, &'static str) {
+    UNITS
+        .into_iter()
+        .find(|(unit, _)| bytes >= *unit)
+        .unwrap_or((1, "B"))
+}
+
+/// `value / unit` with at most two decimals and no trailing zeros.
+fn ratio(value: u64, unit: u64) -> String {
+    if value.is_multiple_of(unit) {
+        return (value / unit).to_string();
+    }
+    let text = format!("{:.2}", value as f64 / unit as f64);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A tick label in the axis's unit.
+fn in_unit(bytes: u64, (unit, name): (u64, &str)) -> String {
+    if bytes == 0 {
+        return "0".to_string();
+    }
+    format!("{} {name}", ratio(bytes, unit))
+}
+
+/// A tick step for a byte axis up to `max`: a power of two (whole binary units) giving at most six
+/// intervals; and the axis's top, a multiple of the step.
+fn byte_ticks(max: u64) -> (u64, u64) {
+    let max = max.max(1);
+    let mut step = 1u64;
+    while max.div_ceil(step) > 6 {
+        step *= 2;
+    }
+    (step, max.div_ceil(step) * step)
+}
+
+/// A tick step for a count axis up to `n`: 1, 2 or 5 times a power of ten, at most ten intervals.
+fn count_step(n: usize) -> usize {
+    let mut base = 1usize;
+    loop {
+        for m in [1, 2, 5] {
+            if n.div_ceil(base * m) <= 10 {
+                return base * m;
+            }
+        }
+        base *= 10;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumem::history::{BlockInfo, TraceEntry};
+
+    const MIB: u64 = 1 << 20;
+
+    fn entry(
+        action: TraceAction,
+        addr: u64,
+        size: u64,
+        allocated: u64,
+        reserved: u64,
+    ) -> TraceEntry {
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream: 0,
+            allocated,
+            reserved,
+        }
+    }
+
+    fn block(address: u64, size: u64, state: BlockState) -> BlockInfo {
+        BlockInfo {
+            address,
+            size,
+            requested_size: if state == BlockState::Inactive {
+                0
+            } else {
+                size
+            },
+            state,
+        }
+    }
+
+    fn segment(address: u64, segment_type: &str, blocks: Vec<BlockInfo>) -> SegmentInfo {
+        let sum = |f: fn(&BlockInfo) -> bool| blocks.iter().filter(|b| f(b)).map(|b| b.size).sum();
+        SegmentInfo {
+            address,
+            total_size: blocks.iter().map(|b| b.size).sum(),
+            stream: 0,
+            segment_type: segment_type.to_string(),
+            allocated_size: sum(|b| b.state == BlockState::ActiveAllocated),
+            active_size: sum(|b| b.state != BlockState::Inactive),
+            blocks,
+        }
+    }
+
+    /// Four 4 MiB blocks in a 20 MiB segment, the 1st and 3rd freed, then 6 MiB in a new segment
+    /// (chapter 4's fragmentation), with the large segment at the higher address.
+    fn fragmented() -> Snapshot {
+        let a = 0x7f00_0000_0000u64;
+        let b = 0x7e00_0000_0000u64;
+        use BlockState::*;
+        use TraceAction::*;
+        Snapshot {
+            device: "cpu".to_string(),
+            segments: vec![
+                segment(
+                    b,
+                    "large",
+                    vec![
+                        block(b, 6 * MIB, ActiveAllocated),
+                        block(b + 6 * MIB, 14 * MIB, Inactive),
+                    ],
+                ),
+                segment(
+                    a,
+                    "large",
+                    vec![
+                        block(a, 4 * MIB, Inactive),
+                        block(a + 4 * MIB, 4 * MIB, ActiveAllocated),
+                        block(a + 8 * MIB, 4 * MIB, Inactive),
+                        block(a + 12 * MIB, 4 * MIB, ActivePendingFree),
+                        block(a + 16 * MIB, 4 * MIB, Inactive),
+                    ],
+                ),
+                segment(
+                    a + (1 << 32),
+                    "small",
+                    vec![block(a + (1 << 32), 2 * MIB, Inactive)],
+                ),
+            ],
+            trace: vec![
+                entry(SegmentAlloc, a, 20 * MIB, 0, 20 * MIB),
+                entry(Alloc, a, 4 * MIB, 4 * MIB, 20 * MIB),
+                entry(Alloc, a + 4 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
+                entry(Alloc, a + 8 * MIB, 4 * MIB, 12 * MIB, 20 * MIB),
+                entry(Alloc, a + 12 * MIB, 4 * MIB, 16 * MIB, 20 * MIB),
+                entry(Free, a, 4 * MIB, 12 * MIB, 20 * MIB),
+                entry(Free, a + 8 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
+                entry(Oom, 0, 20 * MIB, 8 * MIB, 20 * MIB),
+                entry(SegmentAlloc, b, 20 * MIB, 8 * MIB, 40 * MIB),
+                entry(Alloc, b, 6 * MIB, 14 * MIB, 40 * MIB),
+                entry(SegmentAlloc, a + (1 << 32), 2 * MIB, 14 * MIB, 42 * MIB),
+            ],
+        }
+    }
+
+    #[test]
+    fn sizes_use_the_largest_binary_unit_exactly_when_they_can() {
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(2 * MIB), "2 MiB");
+        assert_eq!(size(1_200_128), "1.14 MiB");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(3 << 30), "3 GiB");
+    }
+
+    #[test]
+    fn byte_axis_steps_are_powers_of_two_with_at_most_six_intervals() {
+        assert_eq!(byte_ticks(20 * MIB), (4 * MIB, 20 * MIB));
+        assert_eq!(byte_ticks(22 * MIB), (4 * MIB, 24 * MIB));
+        assert_eq!(byte_ticks(1_200_128), (256 << 10, 1280 << 10));
+        assert_eq!(byte_ticks(0), (1, 1));
+        assert_eq!(in_unit(1280 << 10, unit_for(1280 << 10)), "1.25 MiB");
+    }
+
+    #[test]
+    fn count_axis_steps_are_one_two_or_five_times_a_power_of_ten() {
+        assert_eq!(count_step(0), 1);
+        assert_eq!(count_step(7), 1);
+        assert_eq!(count_step(11), 2);
+        assert_eq!(count_step(140), 20);
+        assert_eq!(count_step(100_000), 10_000);
+    }
+
+    #[test]
+    fn the_state_before_the_first_event_is_that_event_undone() {
+        let mut s = fragmented();
+        assert_eq!(totals(&s)[0], (0, 0));
+        assert_eq!(totals(&s).len(), s.trace.len() + 1);
+        s.trace.remove(0);
+        assert_eq!(totals(&s)[0], (0, 20 * MIB));
+        s.trace.drain(..4);
+        assert_eq!(totals(&s)[0], (16 * MIB, 20 * MIB));
+    }
+
+    #[test]
+    fn timeline_steps_follow_the_totals_and_mark_the_oom() {
+        let svg = timeline_svg(&fragmented());
+        assert!(svg.contains("Active memory timeline · cpu"));
+        assert!(svg.contains("11 allocator events · peak allocated 16 MiB · peak reserved 42 MiB"));
+        assert!(svg.contains("1 out of memory"));
+        assert!(svg.contains("out of memory asking for 20 MiB"));
+        assert!(svg.contains("reserved: segments held from the device (memory_reserved)"));
+        // The axis of 42 MiB goes to 48 MiB in steps of 8 MiB.
+        for tick in [
+            "0", "8 MiB", "16 MiB", "24 MiB", "32 MiB", "40 MiB", "48 MiB",
+        ] {
+            assert!(svg.contains(&format!(">{tick}</text>")), "tick {tick}");
+        }
+        // Two series, each an area and a line.
+        assert_eq!(svg.matches("<path ").count(), 4);
+        assert!(!svg.contains("<script"));
+    }
+
+    #[test]
+    fn segment_map_draws_each_block_with_its_state_and_no_addresses() {
+        let s = fragmented();
+        let svg = segments_svg(&s);
+        assert!(svg.contains("3 segments reserved (42 MiB)"));
+        assert!(
+            svg.contains("live 10 MiB · pending free 4 MiB · free 28 MiB (of which split 26 MiB)")
+        );
+        // Eight blocks, each a rectangle with a tooltip.
+        assert_eq!(svg.matches("<title>offset ").count(), 8);
+        assert_eq!(
+            svg.matches(r##"fill="url(#split)""##).count(),
+            4 + 1,
+            "4 split blocks + legend"
+        );
+        assert!(svg.contains("offset 12 MiB · 4 MiB · pending free · requested 4194304 B"));
+        assert!(svg.contains("free (cached) 2 MiB in 1 block"));
+        for seg in &s.segments {
+            for addr in std::iter::once(seg.address).chain(seg.blocks.iter().map(|b| b.address)) {
+                assert!(!svg.contains(&addr.to_string()), "address {addr} printed");
+                assert!(
+                    !svg.contains(&format!("{addr:x}")),
+                    "address {addr:x} printed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn segments_are_shown_in_the_order_they_were_reserved() {
+        let s = fragmented();
+        let order: Vec<u64> = reservation_order(&s).iter().map(|s| s.address).collect();
+        assert_eq!(
+            order,
+            vec![
+                s.segments[1].address,
+                s.segments[0].address,
+                s.segments[2].address
+            ]
+        );
+        let svg = segments_svg(&s);
+        let first = svg.find("segment 1 · 20 MiB").unwrap();
+        let third = svg.find("segment 3 · 2 MiB").unwrap();
+        assert!(first < third);
+    }
+
+    #[test]
+    fn the_same_snapshot_gives_the_same_bytes_whatever_the_addresses() {
+        let s = fragmented();
+        let mut moved = s.clone();
+        let shift = |a: &mut u64| *a = a.wrapping_add(0x1000_0000);
+        for seg in &mut moved.segments {
+            shift(&mut seg.address);
+            for b in &mut seg.blocks {
+                shift(&mut b.address);
+            }
+        }
+        for e in &mut moved.trace {
+            if e.addr != 0 {
+                shift(&mut e.addr);
+            }
+        }
+        moved.segments.reverse();
+        assert_eq!(render(&s, View::Both), render(&s, View::Both));
+        assert_eq!(render(&s, View::Both), render(&moved, View::Both));
+    }
+
+    #[test]
+    fn an_empty_snapshot_says_what_is_missing() {
+        let s = Snapshot {
+            device: "cuda:0 <&>".to_string(),
+            segments: Vec::new(),
+            trace: Vec::new(),
+        };
+        let svg = render(&s, View::Both);
+        assert!(svg.contains("No events recorded: call dev.record_memory_history(true)"));
+        assert!(svg.contains("No segments reserved when the snapshot was taken."));
+        assert!(svg.contains("cuda:0 &lt;&amp;&gt;"));
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    }
+
+    #[test]
+    fn read_snapshot_names_the_file_and_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.json");
+        let err = format!("{:#}", read_snapshot(&missing).unwrap_err());
+        assert!(
+            err.contains("cannot read the snapshot") && err.contains("missing.json"),
+            "{err}"
+        );
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, "{\"device\": \"cpu\", \"segments\": [").unwrap();
+        let err = format!("{:#}", read_snapshot(&bad).unwrap_err());
+        assert!(err.contains("bad.json is not a gpumem snapshot"), "{err}");
+        assert!(err.contains("line 1"), "{err}");
+        let good = dir.path().join("good.json");
+        std::fs::write(&good, fragmented().to_json()).unwrap();
+        assert_eq!(read_snapshot(&good).unwrap(), fragmented());
+    }
+}
