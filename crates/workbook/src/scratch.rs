@@ -72,6 +72,31 @@ impl WorkspaceTemplate {
         Ok(WorkspaceTemplate { base, lock })
     }
 
+    /// The same template with cargo's incremental compilation off for `package` alone (dev and
+    /// test profiles): grading builds each submission once, and an incremental cache per student
+    /// would only fill the disk. Other crates (gpumem) keep the settings `verify` builds them with,
+    /// so their artifacts stay shared.
+    pub fn without_incremental(&self, package: &str) -> WorkspaceTemplate {
+        fn table<'a>(parent: &'a mut toml::Table, key: &str) -> Option<&'a mut toml::Table> {
+            parent
+                .entry(key)
+                .or_insert_with(|| toml::Table::new().into())
+                .as_table_mut()
+        }
+        let mut template = self.clone();
+        for profile in ["dev", "test"] {
+            let packages = table(&mut template.base, "profile")
+                .and_then(|t| table(t, profile))
+                .and_then(|t| table(t, "package"));
+            if let Some(packages) = packages {
+                let mut settings = toml::Table::new();
+                settings.insert("incremental".into(), false.into());
+                packages.insert(package.into(), settings.into());
+            }
+        }
+        template
+    }
+
     /// The root manifest of a scratch workspace whose only member is the directory `member`.
     pub fn manifest(&self, member: &str) -> Result<String> {
         let mut table = self.base.clone();

@@ -91,7 +91,8 @@ pub struct TestSpec {
 pub struct ChapterSpec {
     /// The chapter.
     pub chapter: Chapter,
-    /// The pristine crate: the official files and the hidden tests.
+    /// The pristine crate: the official files and the hidden tests (in the run's own folder,
+    /// removed when grading ends).
     pub pristine: PathBuf,
     /// The graded tests.
     pub tests: Vec<TestSpec>,
@@ -365,7 +366,8 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// What every grading worker shares.
 struct Grader<'a> {
-    template: &'a WorkspaceTemplate,
+    /// Per chapter: the scratch workspace template, incremental compilation off for its crate.
+    templates: BTreeMap<String, WorkspaceTemplate>,
     grade_dir: PathBuf,
     target_dir: PathBuf,
     options: &'a GradeOptions,
@@ -387,34 +389,46 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         None => BTreeMap::new(),
     };
     let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
+    let mut templates = BTreeMap::new();
+    for chapter in &chapters {
+        let package = scratch::package_name(&chapter.dir)?;
+        templates.insert(chapter.name.clone(), template.without_incremental(&package));
+    }
     let ctx = Grader {
-        template: &template,
+        templates,
         grade_dir: repo.work_dir().join("grade"),
         target_dir: repo.work_dir().join("target"),
         options,
     };
     std::fs::create_dir_all(&ctx.grade_dir)
         .with_context(|| format!("creating {}", ctx.grade_dir.display()))?;
+    // This run's own folder (pristine crates, submissions taken in): runs at once never share it.
+    let run_dir = tempfile::Builder::new()
+        .prefix("run-")
+        .tempdir_in(&ctx.grade_dir)
+        .context("creating a folder for this run")?;
     let mut specs = Vec::new();
     for chapter in &chapters {
         if options.progress {
             eprintln!("grade: building the official tests of {}", chapter.name);
         }
-        specs.push(official_tests(&ctx, chapter, hidden.get(&chapter.name))?);
+        let pristine = run_dir.path().join("pristine").join(&chapter.name);
+        specs.push(official_tests(
+            &ctx,
+            chapter,
+            hidden.get(&chapter.name),
+            pristine,
+        )?);
     }
 
     // Take every submission in: copied or unpacked into a private folder, links and limits checked.
-    let intake_dir = tempfile::Builder::new()
-        .prefix("intake-")
-        .tempdir_in(&ctx.grade_dir)
-        .context("creating a folder for the submissions")?;
     let mut taken = Vec::new();
     let mut names_used = HashSet::new();
     let mut slugs_used = HashSet::new();
     for path in submissions {
         let student = unique(submission::student_name(path), &mut names_used, " ");
         let slug = unique(slug(&student), &mut slugs_used, "-");
-        let private = intake_dir.path().join(&slug);
+        let private = run_dir.path().join("intake").join(&slug);
         std::fs::create_dir_all(&private)
             .with_context(|| format!("creating {}", private.display()))?;
         let sub = submission::intake(path, &student, &chapters, &private, &options.limits);
@@ -562,8 +576,8 @@ fn official_tests(
     ctx: &Grader<'_>,
     chapter: &Chapter,
     hidden: Option<&HiddenChapter>,
+    pristine: PathBuf,
 ) -> Result<ChapterSpec> {
-    let pristine = ctx.grade_dir.join("pristine").join(&chapter.name);
     let extra: BTreeMap<PathBuf, Vec<u8>> = hidden
         .map(|h| {
             h.files
@@ -576,7 +590,7 @@ fn official_tests(
     let workspace = ctx.grade_dir.join("official").join(&chapter.name);
     let member = format!("{}-official", chapter.name);
     let crate_ = scratch::prepare(
-        ctx.template,
+        &ctx.templates[&chapter.name],
         &workspace,
         &member,
         &pristine,
@@ -694,7 +708,7 @@ fn test_chapter(
         .join(spec.name());
     let member = format!("{}-g-{slug}", spec.name());
     let crate_ = scratch::prepare(
-        ctx.template,
+        &ctx.templates[spec.name()],
         &workspace,
         &member,
         &spec.pristine,
@@ -702,7 +716,11 @@ fn test_chapter(
     )?;
     let binaries = match runner::build_tests(&crate_.workspace, &crate_.package, &ctx.target_dir)? {
         Ok(binaries) => binaries,
-        Err(failure) => {
+        Err(mut failure) => {
+            // The learner knows their files as `<chapter>/src/...`, not by the scratch member.
+            for error in &mut failure.errors {
+                *error = error.replace(&format!("{member}/"), &format!("{}/", spec.name()));
+            }
             let why = format!("the chapter does not compile: {}", failure.headline());
             let mut result = ChapterResult::without_tests(
                 spec,
