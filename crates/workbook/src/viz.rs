@@ -418,13 +418,16 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
         }
     }
     let title = format!("Segments · {}", snapshot.device);
+    let pending = match by_kind[Kind::Pending as usize] {
+        0 => String::new(),
+        bytes => format!(" · pending free {}", size(bytes)),
+    };
     let summary = format!(
-        "{} segment{} reserved ({}) · live {} · pending free {} · free {} (of which split {})",
+        "{} segment{} reserved ({}) · live {}{pending} · free {} (of which split {})",
         segments.len(),
         plural(segments.len()),
         size(reserved),
         size(by_kind[Kind::Live as usize]),
-        size(by_kind[Kind::Pending as usize]),
         size(by_kind[Kind::Free as usize] + by_kind[Kind::FreeSplit as usize]),
         size(by_kind[Kind::FreeSplit as usize]),
     );
@@ -494,56 +497,72 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
         );
         let scale = BAR_MAX / largest as f64;
         let bar_width = (s.total_size as f64 * scale).max(3.0);
+        let mut placed = Vec::with_capacity(s.blocks.len());
         let mut offset = 0u64;
         for block in &s.blocks {
-            let kind = Kind::of(block.state, s.blocks.len());
-            let x = BAR_LEFT + offset as f64 * scale;
-            let w = (block.size as f64 * scale).max(1.0);
-            let mut tip = format!(
-                "offset {} · {} · {}",
-                size(offset),
-                size(block.size),
-                kind.name()
-            );
-            if block.state != BlockState::Inactive {
-                let _ = write!(tip, " · requested {} B", block.requested_size);
-            }
-            let _ = writeln!(
-                b,
-                r#"<rect x="{}" y="{}" width="{}" height="28" fill="{}" stroke="white" stroke-width="1"><title>{}</title></rect>"#,
-                num(x),
-                num(top),
-                num(w),
-                kind.fill(),
-                esc(&tip)
-            );
-            let label = size(block.size);
-            if text_width(&label, 11.0) + 8.0 <= w {
-                let ink = kind.ink();
-                if kind == Kind::FreeSplit {
-                    // A light plate keeps the label readable over the hatching.
-                    let pw = text_width(&label, 11.0) + 6.0;
-                    let _ = writeln!(
-                        b,
-                        r#"<rect x="{}" y="{}" width="{}" height="15" rx="2" fill="{FREE}"/>"#,
-                        num(x + w / 2.0 - pw / 2.0),
-                        num(top + 6.5),
-                        num(pw)
-                    );
-                }
-                text(
-                    &mut b,
-                    x + w / 2.0,
-                    top + 18.0,
-                    11.0,
-                    ink,
-                    "middle",
-                    false,
-                    &label,
-                );
-            }
+            placed.push((offset, block, Kind::of(block.state, s.blocks.len())));
             offset += block.size;
         }
+        // Free blocks first, so that a live block too small to see at this scale is drawn over
+        // its free neighbour at a width that shows; the labels last, over every block.
+        let in_use = |kind: Kind| matches!(kind, Kind::Live | Kind::Pending);
+        let mut labels = String::new();
+        for pass_in_use in [false, true] {
+            for &(offset, block, kind) in placed.iter().filter(|p| in_use(p.2) == pass_in_use) {
+                let x = BAR_LEFT + offset as f64 * scale;
+                let exact_w = block.size as f64 * scale;
+                let w = exact_w.max(if in_use(kind) { 3.0 } else { 1.0 });
+                let mut tip = format!(
+                    "offset {} · {} · {}",
+                    size(offset),
+                    size(block.size),
+                    kind.name()
+                );
+                if block.state != BlockState::Inactive {
+                    let _ = write!(tip, " · requested {} B", block.requested_size);
+                }
+                // A thin white edge parts neighbouring blocks, where there is room for it.
+                let edge = if exact_w >= 4.0 {
+                    r#" stroke="white" stroke-width="1""#
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    b,
+                    r#"<rect x="{}" y="{}" width="{}" height="28" fill="{}"{edge}><title>{}</title></rect>"#,
+                    num(x),
+                    num(top),
+                    num(w),
+                    kind.fill(),
+                    esc(&tip)
+                );
+                let label = size(block.size);
+                if text_width(&label, 11.0) + 8.0 <= w {
+                    if kind == Kind::FreeSplit {
+                        // A light plate keeps the label readable over the hatching.
+                        let pw = text_width(&label, 11.0) + 6.0;
+                        let _ = writeln!(
+                            labels,
+                            r#"<rect x="{}" y="{}" width="{}" height="15" rx="2" fill="{FREE}"/>"#,
+                            num(x + w / 2.0 - pw / 2.0),
+                            num(top + 6.5),
+                            num(pw)
+                        );
+                    }
+                    text(
+                        &mut labels,
+                        x + w / 2.0,
+                        top + 18.0,
+                        11.0,
+                        kind.ink(),
+                        "middle",
+                        false,
+                        &label,
+                    );
+                }
+            }
+        }
+        b.push_str(&labels);
         let _ = writeln!(
             b,
             r#"<rect x="{}" y="{}" width="{}" height="28" fill="none" stroke="{MUTED}" stroke-width="1"/>"#,
@@ -659,6 +678,15 @@ const UNITS: [(u64, &str); 5] = [
 /// with two decimals (`1.14 MiB`).
 pub fn size(bytes: u64) -> String {
     let (unit, name) = unit_for(bytes);
+    let whole = (bytes + unit / 2) / unit * unit;
+    // Two decimals would round 2 MiB - 512 B to "2 MiB": say exactly how far it is instead.
+    if unit > 1 && whole != bytes && ratio(bytes, unit) == (whole / unit).to_string() {
+        return if whole > bytes {
+            format!("{} {name} − {}", whole / unit, size(whole - bytes))
+        } else {
+            format!("{} {name} + {}", whole / unit, size(bytes - whole))
+        };
+    }
     format!("{} {name}", ratio(bytes, unit))
 }
 
@@ -820,6 +848,9 @@ mod tests {
         assert_eq!(size(1_200_128), "1.14 MiB");
         assert_eq!(size(1536), "1.5 KiB");
         assert_eq!(size(3 << 30), "3 GiB");
+        assert_eq!(size(2 * MIB - 512), "2 MiB − 512 B");
+        assert_eq!(size(11 * MIB + 400), "11 MiB + 400 B");
+        assert_eq!(size(1023), "1023 B");
     }
 
     #[test]
