@@ -1,0 +1,229 @@
+//! `workbook grade` through the binary: the reference solutions score full marks and the stubs
+//! score 0 in every chapter, with every output file read back; Gradescope JSON on stdout; the
+//! command line's errors.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use workbook::app_state::Repo;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root")
+}
+
+#[test]
+fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
+    let root = repo_root();
+    let repo = Repo::at(&root).expect("the repository");
+    let chapters: Vec<(String, u32, usize)> = repo
+        .chapter_names()
+        .unwrap()
+        .into_iter()
+        .map(|name| {
+            let info = repo.chapter(&name).expect("a chapter").info;
+            (name, info.total_points(), info.tests().count())
+        })
+        .collect();
+    let total: u32 = chapters.iter().map(|c| c.1).sum();
+    let tests: usize = chapters.iter().map(|c| c.2).sum();
+    let watched = [root.join("exercises"), root.join("solutions")];
+    let before = common::snapshot(&watched);
+    let out = tempfile::tempdir().expect("a temporary folder");
+    let (output, stdout, stderr) = common::run(
+        common::workbook()
+            .arg("--root")
+            .arg(&root)
+            .arg("grade")
+            .arg(root.join("solutions"))
+            .arg(root.join("exercises"))
+            .args(["--jobs", "2"])
+            .arg("--csv")
+            .arg(out.path().join("grades.csv"))
+            .arg("--junit")
+            .arg(out.path().join("junit.xml"))
+            .arg("--gradescope")
+            .arg(out.path().join("gradescope"))
+            .arg("--feedback")
+            .arg(out.path().join("feedback")),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        before == common::snapshot(&watched),
+        "grading changed exercises/ or solutions/"
+    );
+    assert!(
+        stdout.contains(&format!("solutions: {total}/{total}: every test passed")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("exercises: 0/{total}\n")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("grade: 2 submission(s) graded in"),
+        "{stderr}"
+    );
+
+    // CSV: a column per chapter, each at its chapter.toml points for the solutions, 0 for stubs.
+    let csv_text = std::fs::read_to_string(out.path().join("grades.csv")).unwrap();
+    let mut reader = csv::Reader::from_reader(csv_text.as_bytes());
+    let mut header = vec!["student".to_string()];
+    header.extend(chapters.iter().map(|c| c.0.clone()));
+    header.push("total".to_string());
+    assert_eq!(reader.headers().unwrap().iter().collect::<Vec<_>>(), header);
+    let rows: Vec<Vec<String>> = reader
+        .records()
+        .map(|r| r.unwrap().iter().map(str::to_string).collect())
+        .collect();
+    let mut full = vec!["solutions".to_string()];
+    full.extend(chapters.iter().map(|c| c.1.to_string()));
+    full.push(total.to_string());
+    let mut zero = vec!["exercises".to_string()];
+    zero.extend(chapters.iter().map(|_| "0".to_string()));
+    zero.push("0".to_string());
+    assert_eq!(rows, [full, zero]);
+
+    // Gradescope: one results.json per student in the folder.
+    for (student, score, status) in [("solutions", total, "passed"), ("exercises", 0, "failed")] {
+        let path = out
+            .path()
+            .join("gradescope")
+            .join(format!("{student}.json"));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(json["score"].as_u64(), Some(u64::from(score)));
+        assert_eq!(json["max_score"].as_u64(), Some(u64::from(total)));
+        let all = json["tests"].as_array().unwrap();
+        assert_eq!(all.len(), tests);
+        assert!(all.iter().all(|t| t["status"] == status), "{student}");
+    }
+
+    // JUnit: no failure for the solutions, every test failed for the stubs.
+    let xml = std::fs::read_to_string(out.path().join("junit.xml")).unwrap();
+    let doc = roxmltree::Document::parse(&xml).expect("well-formed XML");
+    let failures = |prefix: &str| {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("testsuite"))
+            .filter(|n| n.attribute("name").unwrap().starts_with(prefix))
+            .map(|n| n.attribute("failures").unwrap().parse::<usize>().unwrap())
+            .sum::<usize>()
+    };
+    assert_eq!(failures("solutions."), 0);
+    assert_eq!(failures("exercises."), tests);
+    assert_eq!(
+        doc.descendants()
+            .filter(|n| n.has_tag_name("testcase"))
+            .count(),
+        2 * tests
+    );
+
+    // Feedback: one Markdown report each.
+    let solutions = std::fs::read_to_string(out.path().join("feedback/solutions.md")).unwrap();
+    assert!(
+        solutions.contains(&format!("Score: **{total} / {total}** (100%)")),
+        "{solutions}"
+    );
+    let stubs = std::fs::read_to_string(out.path().join("feedback/exercises.md")).unwrap();
+    assert!(
+        stubs.contains(&format!("Score: **0 / {total}** (0%)")),
+        "{stubs}"
+    );
+    assert!(
+        stubs.contains("- Why: failed: not yet implemented"),
+        "{stubs}"
+    );
+}
+
+#[test]
+fn format_json_prints_one_results_json_and_a_class_skips_stray_files() {
+    let root = repo_root();
+    let class = tempfile::tempdir().expect("a temporary folder");
+    std::fs::write(class.path().join("broken.zip"), b"this is not a zip").unwrap();
+    std::fs::write(class.path().join("notes.txt"), b"not a submission").unwrap();
+    let results = class.path().join("out/results.json");
+    let (output, stdout, stderr) = common::run(
+        common::workbook()
+            .arg("--root")
+            .arg(&root)
+            .args(["grade", "--chapter", "ch01", "--format", "json", "--class"])
+            .arg(class.path())
+            .arg("--gradescope")
+            .arg(&results),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("grade: skipping ") && stderr.contains("notes.txt"),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let max = Repo::at(&root)
+        .unwrap()
+        .chapter("ch01-availability")
+        .unwrap()
+        .info
+        .total_points();
+    assert_eq!(json["score"].as_u64(), Some(0));
+    assert_eq!(json["max_score"].as_u64(), Some(u64::from(max)));
+    assert!(
+        json["output"]
+            .as_str()
+            .unwrap()
+            .contains("refused: not a readable .zip archive"),
+        "{json}"
+    );
+    for test in json["tests"].as_array().unwrap() {
+        assert!(
+            test["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("ch01-availability::")
+        );
+        assert_eq!(test["status"], "failed");
+        assert_eq!(test["score"].as_u64(), Some(0));
+    }
+    // One submission: --gradescope writes the same results.json.
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    assert_eq!(written, json);
+}
+
+#[test]
+fn grading_nothing_or_a_missing_path_is_an_error() {
+    let root = repo_root();
+    let empty = tempfile::tempdir().expect("a temporary folder");
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (vec!["grade".into()], "nothing to grade"),
+        (
+            vec!["grade".into(), "--class".into(), empty.path().into()],
+            "holds no submission",
+        ),
+        (
+            vec!["grade".into(), empty.path().join("nobody").into()],
+            "does not exist",
+        ),
+        (
+            vec![
+                "grade".into(),
+                empty.path().into(),
+                "--hidden-tests".into(),
+                root.join("crates/workbook/tests/submissions/hidden").into(),
+                "--chapter".into(),
+                "ch01".into(),
+            ],
+            "no chapter being graded is named \"ch02-transfers\"",
+        ),
+    ];
+    for (args, needle) in cases {
+        let (output, stdout, stderr) =
+            common::run(common::workbook().arg("--root").arg(&root).args(&args));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {stdout}\n{stderr}"
+        );
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
