@@ -1,0 +1,653 @@
+//! Graded tests for chapter 6: mixed precision.
+
+use ch06_mixed_precision::{
+    DeviceBatch, GradScaler, MixedMemory, Momentum, PREDICT_ROWS, PREDICT_SIZES,
+    mixed_precision_step, predict_memory, round_trip,
+};
+use gpumem::ops::{DType, Float, Linear, Mlp, MlpGrads, XorShift};
+use gpumem::{Device, bf16, f16};
+
+/// A generator with a fresh seed, printed so that a failure can be reproduced.
+fn rng() -> XorShift {
+    let rng = XorShift::fresh();
+    println!("seed {}", rng.seed());
+    rng
+}
+
+/// `v` rounded to `T` and back: values that `T` holds exactly.
+fn rounded<T: Float>(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&a| T::from_f32(a).to_f32()).collect()
+}
+
+/// Norm-wise relative error `‖got − want‖ / ‖want‖`; NaN when either holds a NaN.
+fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (diff / norm).sqrt()
+}
+
+/// Fails unless `got` is within `tol` of `want`, norm-wise (a NaN never passes).
+fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    let err = relative_error(got, want);
+    assert!(
+        err <= tol,
+        "{what}: relative error {err:e} is above {tol:e}"
+    );
+}
+
+/// Every gradient (weights and biases, layer by layer) as one f64 vector.
+fn flat(grads: &MlpGrads) -> anyhow::Result<Vec<f64>> {
+    let mut out = Vec::new();
+    for g in &grads.layers {
+        out.extend(g.weight.to_vec()?.iter().map(|&v| v as f64));
+        out.extend(g.bias.to_vec()?.iter().map(|&v| v as f64));
+    }
+    Ok(out)
+}
+
+/// Every parameter as one f32 vector.
+fn parameters(model: &Mlp) -> anyhow::Result<Vec<f32>> {
+    let mut out = Vec::new();
+    for l in &model.layers {
+        out.extend(l.weight.to_vec()?);
+        out.extend(l.bias.to_vec()?);
+    }
+    Ok(out)
+}
+
+/// A model of `(in, out)` layers with the given parameters (copied to the device).
+fn model_from(dev: &Device, layers: &[(usize, usize, Vec<f32>, Vec<f32>)]) -> anyhow::Result<Mlp> {
+    let mut out = Vec::new();
+    for (i, o, w, b) in layers {
+        out.push(Linear::from_host(dev, w, b, *i, *o)?);
+    }
+    Ok(Mlp { layers: out })
+}
+
+// ---- round_trip ----
+
+#[test]
+fn round_trip_f16_overflows_to_inf_and_flushes_tiny_values_to_zero() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let back = round_trip::<f16>(&dev, &[70000.0, 65504.0, 1e-8, 1e-4, 1.001, -70000.0])?;
+    assert_eq!(
+        back[0],
+        f32::INFINITY,
+        "70000 is above f16's largest, 65504"
+    );
+    assert_eq!(back[1], 65504.0);
+    assert_eq!(
+        back[2], 0.0,
+        "1e-8 is below half of f16's smallest step, 2^-24"
+    );
+    assert_eq!(back[3], f16::from_f32(1e-4).to_f32());
+    assert_eq!(back[4], 1.000_976_6, "11 significant bits: 1 + 2^-10");
+    assert_eq!(back[5], f32::NEG_INFINITY);
+    assert_eq!(dev.memory_allocated(), 0, "every buffer was freed");
+    Ok(())
+}
+
+#[test]
+fn round_trip_bf16_keeps_the_range_with_three_significant_digits() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let values = [70000.0, 1e-8, 1e30, 1.001, 123.456, 0.1];
+    let back = round_trip::<bf16>(&dev, &values)?;
+    assert_eq!(back[0], 70144.0, "a multiple of 512 near 70000, not inf");
+    assert_eq!(back[1], bf16::from_f32(1e-8).to_f32());
+    assert_eq!(back[3], 1.0, "8 significant bits: 1.001 rounds to 1");
+    assert_eq!(back[4], 123.5, "3 significant digits");
+    for (b, v) in back.iter().zip(values) {
+        let err = ((b - v) / v).abs();
+        assert!(
+            err <= 1.0 / 256.0,
+            "{v} came back as {b}: relative error {err}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn round_trip_casts_on_the_device_through_one_half_buffer() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let values = rng().nonzero_vec(1024, 1e-3, 1e3);
+    let back = round_trip::<f16>(&dev, &values)?;
+    assert_eq!(back, rounded::<f16>(&values));
+    let stats = dev.transfer_stats();
+    assert_eq!(
+        (stats.host_to_device.copies, stats.host_to_device.bytes),
+        (1, 4096),
+        "the f32 values go up once"
+    );
+    assert_eq!(
+        (stats.device_to_host.copies, stats.device_to_host.bytes),
+        (1, 4096),
+        "the f32 result comes down once"
+    );
+    assert_eq!(
+        dev.memory_stats().get("allocated_bytes.all.allocated"),
+        Some(4096 + 2048 + 4096),
+        "blocks allocated in all: the f32 upload, the f16 copy, the f32 result"
+    );
+    assert_eq!(dev.memory_allocated(), 0);
+    Ok(())
+}
+
+// ---- GradScaler ----
+
+/// What a scripted step's gradients hold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Grads {
+    Clean,
+    Inf,
+    NaN,
+}
+
+/// Fills the one-layer gradients of a 4→4 model: 1.0 everywhere, with one inf or NaN.
+fn fill(grads: &mut MlpGrads, kind: Grads) -> anyhow::Result<()> {
+    let g = &mut grads.layers[0];
+    let mut weight = vec![1.0f32; 16];
+    let mut bias = vec![1.0f32; 4];
+    match kind {
+        Grads::Clean => {}
+        Grads::Inf => weight[5] = f32::INFINITY,
+        Grads::NaN => bias[2] = f32::NAN,
+    }
+    g.weight.copy_from_slice(&weight)?;
+    g.bias.copy_from_slice(&bias)?;
+    Ok(())
+}
+
+/// Runs `steps` scripted steps, each `(kind, repeats, scale after each of them)`, checking after
+/// every step the scale and whether the optimizer ran, and at the end of each line the count of
+/// clean steps. Returns the number of optimizer calls.
+fn run_script(
+    scaler: &mut GradScaler,
+    grads: &mut MlpGrads,
+    script: &[(Grads, u32, f32, u32)],
+) -> anyhow::Result<u32> {
+    let mut calls = 0;
+    let mut step = 0;
+    for &(kind, repeats, scale, tracker) in script {
+        for _ in 0..repeats {
+            step += 1;
+            fill(grads, kind)?;
+            let mut ran = false;
+            let stepped = scaler.step(grads, |_| {
+                ran = true;
+                Ok(())
+            })?;
+            scaler.update();
+            calls += u32::from(ran);
+            assert_eq!(stepped, ran, "step {step}: step() says whether it ran");
+            assert_eq!(
+                ran,
+                kind == Grads::Clean,
+                "step {step} ({kind:?}): the optimizer runs only on finite gradients"
+            );
+            assert_eq!(scaler.scale, scale, "step {step} ({kind:?}): the scale");
+        }
+        assert_eq!(
+            scaler.growth_tracker, tracker,
+            "clean steps in a row after step {step}"
+        );
+    }
+    Ok(calls)
+}
+
+/// Gradients of a 4→4 model (16 weights, 4 biases).
+fn small_grads(dev: &Device) -> anyhow::Result<MlpGrads> {
+    let model = Mlp::new(dev, &[4, 4], &mut rng())?;
+    Ok(model.zero_grads()?)
+}
+
+#[test]
+fn grad_scaler_starts_at_2_16_and_doubles_after_2000_clean_steps() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut grads = small_grads(&dev)?;
+    let mut scaler = GradScaler::new();
+    assert_eq!(scaler.scale, 65536.0);
+    let calls = run_script(
+        &mut scaler,
+        &mut grads,
+        &[
+            (Grads::Clean, 1999, 65536.0, 1999),
+            (Grads::Clean, 1, 131072.0, 0),
+            (Grads::Clean, 1999, 131072.0, 1999),
+            (Grads::Clean, 1, 262144.0, 0),
+        ],
+    )?;
+    assert_eq!(calls, 4000);
+    assert_eq!(
+        dev.memory_allocated(),
+        grads.block_bytes() as u64,
+        "a step leaves nothing behind but the gradients"
+    );
+    Ok(())
+}
+
+#[test]
+fn grad_scaler_halves_skips_and_restarts_the_count_on_inf_or_nan() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut grads = small_grads(&dev)?;
+    let mut scaler = GradScaler::new();
+    let calls = run_script(
+        &mut scaler,
+        &mut grads,
+        &[
+            (Grads::Clean, 1000, 65536.0, 1000),
+            (Grads::Inf, 1, 32768.0, 0),
+            // Without the restart, the scale would grow 1000 steps from here.
+            (Grads::Clean, 1999, 32768.0, 1999),
+            (Grads::Clean, 1, 65536.0, 0),
+            (Grads::NaN, 1, 32768.0, 0),
+            (Grads::Inf, 1, 16384.0, 0),
+            (Grads::Clean, 1999, 16384.0, 1999),
+            (Grads::Clean, 1, 32768.0, 0),
+        ],
+    )?;
+    assert_eq!(calls, 1000 + 2000 + 2000);
+    Ok(())
+}
+
+#[test]
+fn grad_scaler_unscales_the_gradients_before_the_optimizer_sees_them() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut grads = small_grads(&dev)?;
+    let values: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) * 0.25).collect();
+    let scaled: Vec<f32> = values.iter().map(|v| v * 65536.0).collect();
+    grads.layers[0].weight.copy_from_slice(&scaled)?;
+    let mut scaler = GradScaler::new();
+    let before = dev.memory_allocated();
+    let mut seen = Vec::new();
+    let stepped = scaler.step(&mut grads, |g| {
+        seen = g.layers[0].weight.to_vec()?;
+        Ok(())
+    })?;
+    assert!(stepped);
+    assert_eq!(seen, values, "divided by 2^16 exactly");
+    assert_eq!(
+        grads.layers[0].weight.to_vec()?,
+        values,
+        "unscaled in place"
+    );
+    assert_eq!(
+        dev.memory_allocated(),
+        before,
+        "unscaling allocates nothing that lasts"
+    );
+    Ok(())
+}
+
+#[test]
+fn grad_scaler_step_after_unscale_does_not_unscale_twice() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut grads = small_grads(&dev)?;
+    fill(&mut grads, Grads::Clean)?;
+    let mut scaler = GradScaler::new();
+    // As before gradient clipping: unscale_, then step.
+    assert!(!scaler.unscale(&mut grads)?);
+    let mut seen = Vec::new();
+    assert!(scaler.step(&mut grads, |g| {
+        seen = g.layers[0].bias.to_vec()?;
+        Ok(())
+    })?);
+    assert_eq!(seen, vec![1.0 / 65536.0; 4], "divided once, not twice");
+    scaler.update();
+    assert_eq!(scaler.found_inf, None, "update forgets this step's check");
+    assert_eq!(scaler.growth_tracker, 1);
+    Ok(())
+}
+
+#[test]
+fn grad_scaler_never_grows_the_scale_to_infinity() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut grads = small_grads(&dev)?;
+    let top = 2f32.powi(127);
+    let mut scaler = GradScaler::with_settings(top, 2.0, 0.5, 1);
+    let calls = run_script(&mut scaler, &mut grads, &[(Grads::Clean, 3, top, 0)])?;
+    assert_eq!(calls, 3);
+    Ok(())
+}
+
+// ---- mixed_precision_step ----
+
+/// A 64 → 128 → 16 model whose weights `T` holds exactly and whose hidden biases are zero, so
+/// that a pass in `T` and a pass in f32 agree on every ReLU (rounding never changes a sign).
+fn exact_model<T: Float>(dev: &Device, rng: &mut XorShift) -> anyhow::Result<Mlp> {
+    let w0 = rounded::<T>(&rng.uniform_vec(128 * 64, -0.125, 0.125));
+    let w1 = rounded::<T>(&rng.uniform_vec(16 * 128, -0.088, 0.088));
+    let b1 = rounded::<T>(&rng.uniform_vec(16, -0.088, 0.088));
+    model_from(dev, &[(64, 128, w0, vec![0.0; 128]), (128, 16, w1, b1)])
+}
+
+/// A copy of `model`.
+fn copy_of(dev: &Device, model: &Mlp) -> anyhow::Result<Mlp> {
+    let mut layers = Vec::new();
+    for l in &model.layers {
+        layers.push((
+            l.in_features,
+            l.out_features,
+            l.weight.to_vec()?,
+            l.bias.to_vec()?,
+        ));
+    }
+    model_from(dev, &layers)
+}
+
+/// What one step on a copy of a model did.
+struct Step {
+    /// Whether the optimizer ran.
+    stepped: bool,
+    /// The gradients the step left (unscaled).
+    grads: Vec<f64>,
+    /// The parameters before the step.
+    before: Vec<f32>,
+    /// The parameters after the step.
+    after: Vec<f32>,
+}
+
+/// One `mixed_precision_step` in `T` on a copy of `model`.
+fn step_in<T: Float>(
+    dev: &Device,
+    model: &Mlp,
+    x: &[f32],
+    t: &[f32],
+    rows: usize,
+    scaler: &mut GradScaler,
+) -> anyhow::Result<Step> {
+    let mut model = copy_of(dev, model)?;
+    let mut grads = model.zero_grads()?;
+    let mut optimizer = Momentum::new(&model, 0.1, 0.9)?;
+    let batch = DeviceBatch::<T>::from_host(dev, x, t, rows)?;
+    let before = parameters(&model)?;
+    let start = dev.memory_allocated();
+    let outcome = mixed_precision_step(&mut model, &mut grads, &mut optimizer, scaler, &batch)?;
+    assert_eq!(
+        dev.memory_allocated(),
+        start,
+        "{}: the step freed its activations",
+        T::DTYPE
+    );
+    assert!(outcome.loss.is_finite(), "the loss is {}", outcome.loss);
+    Ok(Step {
+        stepped: outcome.stepped,
+        grads: flat(&grads)?,
+        before,
+        after: parameters(&model)?,
+    })
+}
+
+fn half_step_follows_f32<T: Float>() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = exact_model::<T>(&dev, &mut rng)?;
+    let x = rounded::<T>(&rng.nonzero_vec(32 * 64, 0.1, 1.0));
+    let t = rounded::<T>(&rng.nonzero_vec(32 * 16, 0.1, 1.0));
+    let want = step_in::<f32>(
+        &dev,
+        &model,
+        &x,
+        &t,
+        32,
+        &mut GradScaler::with_settings(1.0, 2.0, 0.5, 2000),
+    )?;
+    let mut scaler = GradScaler::new();
+    let Step {
+        stepped,
+        grads: got,
+        before,
+        after,
+    } = step_in::<T>(&dev, &model, &x, &t, 32, &mut scaler)?;
+    assert!(stepped, "{}: no overflow at 2^16 here", T::DTYPE);
+    // Same weights, inputs and ReLU masks: what differs is the rounding of each activation and
+    // activation gradient to T, within a few unit roundoffs of T.
+    let tol = 4.0 * T::DTYPE.unit_roundoff();
+    assert_close(
+        &format!("{} gradients, unscaled, against f32", T::DTYPE),
+        &got,
+        &want.grads,
+        tol,
+    );
+    // Momentum's first step is w − lr·g, with g the unscaled gradient.
+    let expected: Vec<f32> = before
+        .iter()
+        .zip(&got)
+        .map(|(w, g)| -0.1 * (*g as f32) + w)
+        .collect();
+    assert_eq!(after, expected, "{}: the optimizer stepped once", T::DTYPE);
+    assert_eq!(scaler.growth_tracker, 1, "update() ran");
+    Ok(())
+}
+
+#[test]
+fn mixed_step_in_f16_or_bf16_follows_the_f32_step() -> anyhow::Result<()> {
+    half_step_follows_f32::<f16>()?;
+    half_step_follows_f32::<bf16>()
+}
+
+#[test]
+fn mixed_step_skips_overflowing_steps_until_the_scale_fits() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = exact_model::<f16>(&dev, &mut rng)?;
+    let x = rounded::<f16>(&rng.nonzero_vec(32 * 64, 0.1, 1.0));
+    let t = rounded::<f16>(&rng.nonzero_vec(32 * 16, 0.1, 1.0));
+    let mut model16 = copy_of(&dev, &model)?;
+    let mut grads = model16.zero_grads()?;
+    let mut optimizer = Momentum::new(&model16, 0.1, 0.9)?;
+    let batch = DeviceBatch::<f16>::from_host(&dev, &x, &t, 32)?;
+    let start = parameters(&model16)?;
+    let mut scaler = GradScaler::with_settings(2f32.powi(40), 2.0, 0.5, 2000);
+    let mut skipped = 0;
+    loop {
+        let outcome = mixed_precision_step(
+            &mut model16,
+            &mut grads,
+            &mut optimizer,
+            &mut scaler,
+            &batch,
+        )?;
+        if outcome.stepped {
+            break;
+        }
+        skipped += 1;
+        assert_eq!(
+            parameters(&model16)?,
+            start,
+            "a skipped step changes no weight"
+        );
+        assert!(
+            flat(&optimizer.velocity)?.iter().all(|&v| v == 0.0),
+            "a skipped step leaves the optimizer's state alone"
+        );
+        assert_eq!(
+            scaler.scale,
+            2f32.powi(40 - skipped),
+            "halved at each overflow"
+        );
+        assert!(skipped < 40, "the scale never came down to where f16 fits");
+    }
+    assert!(skipped >= 10, "2^40 overflowed f16 only {skipped} times");
+    assert_ne!(
+        parameters(&model16)?,
+        start,
+        "the first clean step moved the weights"
+    );
+    assert_eq!(scaler.scale, 2f32.powi(40 - skipped));
+    assert_eq!(scaler.growth_tracker, 1);
+
+    // bf16 has f32's range: the same scale does not overflow it.
+    let x = rounded::<bf16>(&x);
+    let t = rounded::<bf16>(&t);
+    let mut scaler = GradScaler::with_settings(2f32.powi(40), 2.0, 0.5, 2000);
+    assert!(
+        step_in::<bf16>(&dev, &model, &x, &t, 32, &mut scaler)?.stepped,
+        "bf16 at 2^40"
+    );
+    Ok(())
+}
+
+/// A 64 → 256 layer with zero weights and biases, and targets of magnitude about 1e-4: the output
+/// is 0, so every loss gradient is 2·(0 − t)/8192 ≈ 2.7e-8, below half of f16's smallest step.
+fn small_gradient_case<T: Float>(
+    dev: &Device,
+    rng: &mut XorShift,
+) -> anyhow::Result<(Mlp, Vec<f32>, Vec<f32>)> {
+    let model = model_from(dev, &[(64, 256, vec![0.0; 256 * 64], vec![0.0; 256])])?;
+    let x = rounded::<T>(&rng.nonzero_vec(32 * 64, 0.1, 1.0));
+    let t = rounded::<T>(&rng.nonzero_vec(32 * 256, 1.0e-4, 1.15e-4));
+    Ok((model, x, t))
+}
+
+#[test]
+fn loss_scaling_keeps_f16_gradients_that_underflow_without_it() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let (model, x, t) = small_gradient_case::<f16>(&dev, &mut rng)?;
+    let unscaled = || GradScaler::with_settings(1.0, 2.0, 0.5, 2000);
+    let want = step_in::<f32>(&dev, &model, &x, &t, 32, &mut unscaled())?.grads;
+    // (A sum of 32 terms can cancel to exactly 0 now and then, even in f32.)
+    let f32_zeros = want.iter().filter(|g| **g == 0.0).count();
+    assert!(f32_zeros < want.len() / 100, "f32 keeps the gradients");
+    let lost = step_in::<f16>(&dev, &model, &x, &t, 32, &mut unscaled())?;
+    assert!(
+        lost.stepped,
+        "zeros are finite: the step runs, and learns nothing"
+    );
+    assert!(
+        lost.grads.iter().all(|g| *g == 0.0),
+        "without scaling, every f16 loss gradient rounds to 0"
+    );
+    let kept = step_in::<f16>(&dev, &model, &x, &t, 32, &mut GradScaler::new())?.grads;
+    assert_close(
+        "f16 gradients scaled by 2^16, then unscaled",
+        &kept,
+        &want,
+        4.0 * DType::F16.unit_roundoff(),
+    );
+    Ok(())
+}
+
+#[test]
+fn bf16_keeps_small_gradients_without_loss_scaling() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let (model, x, t) = small_gradient_case::<bf16>(&dev, &mut rng)?;
+    let unscaled = || GradScaler::with_settings(1.0, 2.0, 0.5, 2000);
+    let want = step_in::<f32>(&dev, &model, &x, &t, 32, &mut unscaled())?.grads;
+    let got = step_in::<bf16>(&dev, &model, &x, &t, 32, &mut unscaled())?.grads;
+    assert_close(
+        "bf16 gradients without scaling",
+        &got,
+        &want,
+        4.0 * DType::BF16.unit_roundoff(),
+    );
+    Ok(())
+}
+
+// ---- predict, then measure ----
+
+/// Runs the prediction's scenario with activations of type `T` and reads what the allocator
+/// counts.
+fn measure<T: Float>(dev: &Device) -> anyhow::Result<MixedMemory> {
+    let mut rng = rng();
+    let base = dev.memory_allocated();
+    let model = Mlp::new(dev, &PREDICT_SIZES, &mut rng)?;
+    let master_weights = dev.memory_allocated() - base;
+    let grads = model.zero_grads()?;
+    let gradients = dev.memory_allocated() - base - master_weights;
+    let optimizer = Momentum::new(&model, 0.1, 0.9)?;
+    let optimizer_state = dev.memory_allocated() - base - master_weights - gradients;
+    let [inputs, _, outputs] = PREDICT_SIZES;
+    let x = rng.nonzero_vec(PREDICT_ROWS * inputs, 0.1, 1.0);
+    let t = rng.nonzero_vec(PREDICT_ROWS * outputs, 0.1, 1.0);
+    let before_batch = dev.memory_allocated();
+    let batch = DeviceBatch::<T>::from_host(dev, &x, &t, PREDICT_ROWS)?;
+    let start = dev.memory_allocated();
+    let (y, saved) = model.forward(&batch.x, PREDICT_ROWS)?;
+    let kept = dev.memory_allocated() - start;
+    let cast_weights: u64 = saved
+        .layers
+        .iter()
+        .filter_map(|l| l.weight.as_ref())
+        .map(|w| w.block_bytes() as u64)
+        .sum();
+    drop((y, saved, grads, optimizer));
+    Ok(MixedMemory {
+        master_weights,
+        gradients,
+        optimizer_state,
+        batch_data: start - before_batch,
+        cast_weights,
+        activations: kept - cast_weights,
+    })
+}
+
+/// The f32 parameters: 256×128 and 64×256 weights, 256 biases, and 64 biases in a 512 B block.
+const PARAMETER_BLOCKS: u64 = 131_072 + 1_024 + 65_536 + 512;
+
+#[test]
+fn prediction_f32_matches_the_allocator() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let measured = measure::<f32>(&dev)?;
+    assert_eq!(
+        measured,
+        MixedMemory {
+            master_weights: PARAMETER_BLOCKS,
+            gradients: PARAMETER_BLOCKS,
+            optimizer_state: PARAMETER_BLOCKS,
+            batch_data: 32_768 + 16_384,
+            cast_weights: 0,
+            activations: 65_536 + 16_384,
+        },
+        "the allocator's numbers"
+    );
+    assert_eq!(
+        predict_memory(DType::F32),
+        measured,
+        "your prediction (left) against the measurement (right)"
+    );
+    Ok(())
+}
+
+#[test]
+fn prediction_f16_matches_the_allocator() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let measured = measure::<f16>(&dev)?;
+    assert_eq!(
+        measured,
+        MixedMemory {
+            master_weights: PARAMETER_BLOCKS,
+            gradients: PARAMETER_BLOCKS,
+            optimizer_state: PARAMETER_BLOCKS,
+            batch_data: 16_384 + 8_192,
+            cast_weights: 65_536 + 32_768,
+            activations: 32_768 + 8_192,
+        },
+        "the allocator's numbers"
+    );
+    assert_eq!(
+        predict_memory(DType::F16),
+        measured,
+        "your prediction (left) against the measurement (right)"
+    );
+    Ok(())
+}
+
+#[test]
+fn prediction_bf16_matches_the_allocator() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let measured = measure::<bf16>(&dev)?;
+    assert_eq!(
+        measured,
+        measure::<f16>(&dev)?,
+        "bf16 and f16 take the same bytes"
+    );
+    assert_eq!(
+        predict_memory(DType::BF16),
+        measured,
+        "your prediction (left) against the measurement (right)"
+    );
+    Ok(())
+}
