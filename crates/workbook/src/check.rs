@@ -414,7 +414,14 @@ fn why(outcome: &TestOutcome) -> String {
             outcome.message
         ),
         _ if outcome.message.is_empty() => "failed without a message".to_string(),
-        _ => outcome.message.clone(),
+        _ => {
+            // One line a learner reads: long values (a vector's elements) are cut.
+            const MAX: usize = 200;
+            match outcome.message.char_indices().nth(MAX) {
+                Some((cut, _)) => format!("{}…", &outcome.message[..cut]),
+                None => outcome.message.clone(),
+            }
+        }
     }
 }
 
@@ -458,4 +465,59 @@ pub fn next_after(
         None => lines.push("Every chapter passes. Well done!".to_string()),
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static COPY: embedded::EmbeddedChapter = embedded::EmbeddedChapter {
+        name: "ch01-x",
+        files: &[
+            ("src/lib.rs", b"stub"),
+            ("tests/a.rs", b"official a"),
+            ("tests/b.rs", b"official b"),
+        ],
+    };
+
+    #[test]
+    fn edited_added_or_removed_test_files_differ_from_the_official_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let tests = dir.path();
+        std::fs::write(tests.join("a.rs"), "official a").unwrap();
+        std::fs::write(tests.join("b.rs"), "official b").unwrap();
+        assert!(!tests_differ(tests, &COPY));
+        std::fs::write(tests.join("extra.rs"), "mine").unwrap();
+        assert!(tests_differ(tests, &COPY));
+        std::fs::remove_file(tests.join("extra.rs")).unwrap();
+        std::fs::write(tests.join("b.rs"), "#[test] fn b() {}").unwrap();
+        assert!(tests_differ(tests, &COPY));
+        std::fs::remove_file(tests.join("b.rs")).unwrap();
+        assert!(tests_differ(tests, &COPY));
+    }
+
+    #[test]
+    fn the_panic_location_is_found_with_or_without_a_thread_id() {
+        let case = runner::TestCase {
+            target: "t".into(),
+            binary: "t".into(),
+            name: "t".into(),
+        };
+        let outcome = |stdout: &str| TestOutcome {
+            case: case.clone(),
+            verdict: Verdict::Failed,
+            message: String::new(),
+            stdout: stdout.to_string(),
+            stderr: String::new(),
+            duration: Duration::ZERO,
+        };
+        for line in [
+            "thread 't' panicked at src/lib.rs:3:5:",
+            "thread 't' (4242) panicked at src/lib.rs:3:5:",
+        ] {
+            let o = outcome(&format!("running 1 test\n{line}\nnot yet implemented\n"));
+            assert_eq!(panic_location(&o).as_deref(), Some("src/lib.rs:3:5"));
+        }
+        assert_eq!(panic_location(&outcome("no panic here")), None);
+    }
 }

@@ -82,10 +82,15 @@ pub fn run(root: Option<&Path>, args: &HintArgs) -> Result<ExitCode> {
             chapter.name, exercise.name
         );
     } else {
+        let passes = learner::chapter_done(&chapter, progress.check(&chapter.name));
+        let when = if passes {
+            "Your chapter passes:".to_string()
+        } else {
+            format!("Once {} passes,", chapter.name)
+        };
         println!(
-            "That was the last hint. Once {} passes, `{cmd} solution {}` shows the reference \
-             solution.",
-            chapter.name, chapter.name
+            "That was the last hint. {when} `{cmd} solution {}` shows the reference solution.",
+            chapter.name
         );
     }
     if shown > 0 && !args.all && upto > 1 {

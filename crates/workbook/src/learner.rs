@@ -240,10 +240,10 @@ pub fn file_to_edit(repo: &Repo, chapter: &Chapter) -> String {
 pub fn next_steps(repo: &Repo, chapters: &[Chapter], progress: &Progress) -> Vec<String> {
     let cmd = command_prefix(repo);
     let Some(chapter) = first_unfinished(chapters, progress) else {
-        let mut lines = vec![format!(
-            "Every chapter passes. Well done! Compare your code with the reference solutions: \
-             {cmd} solution <chapter>"
-        )];
+        let mut lines = vec![
+            "Every chapter passes. Well done! Compare your code with the reference solutions:"
+                .to_string(),
+        ];
         if let Some(last) = chapters.last() {
             lines.push(format!("  {cmd} solution {}", last.name));
         }

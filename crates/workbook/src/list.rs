@@ -54,15 +54,14 @@ pub fn render(repo: &Repo, chapters: &[Chapter], progress: &Progress) -> String 
         let record = progress.check(&chapter.name);
         for status in learner::chapter_status(chapter, record) {
             let tests = match status.state {
-                State::Failing => format!("{}/{} tests", status.passed, status.total),
+                State::Failing => format!("  ({}/{} tests pass)", status.passed, status.total),
                 _ => String::new(),
             };
             let _ = writeln!(
                 out,
-                "  {:<13}  {:<name_width$}  {:<11}  {}",
+                "  {:<13}  {:<name_width$}  {}{tests}",
                 status.state.label(),
                 status.exercise.name,
-                tests,
                 status.exercise.title
             );
         }

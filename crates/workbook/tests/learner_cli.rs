@@ -136,7 +136,9 @@ fn check_shows_each_exercise_and_list_remembers_it() {
     );
     assert_eq!(
         row(&out, " triple "),
-        ["✗", "failing", "triple", "0/1", "tests", "Do", "triple"]
+        [
+            "✗", "failing", "triple", "Do", "triple", "(0/1", "tests", "pass)"
+        ]
     );
     assert_eq!(
         row(&out, " square "),
@@ -560,4 +562,62 @@ fn get(url: &str, path: &str) -> String {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     response
+}
+
+#[test]
+fn watch_checks_again_after_a_save() {
+    let repo = FakeRepo::new();
+    demo_chapter(&repo, "ch01-demo");
+    repo.write("exercises/ch01-demo/src/lib.rs", HALFWAY);
+    let mut child = common::workbook()
+        .arg("--root")
+        .arg(repo.root())
+        .args(["watch", "ch01", "--poll", "--poll-interval", "50"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("workbook starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Every line up to one that contains `needle`, waiting at most a minute for each.
+    let until = |needle: &str| -> Result<Vec<String>, String> {
+        let mut seen = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    seen.push(line);
+                    if found {
+                        return Ok(seen);
+                    }
+                }
+                Err(e) => return Err(format!("{e} before {needle:?}; saw:\n{}", seen.join("\n"))),
+            }
+        }
+    };
+    let first = until("Watching exercises/ch01-demo/src by reading the files every 50 ms");
+    if first.is_ok() {
+        repo.write("exercises/ch01-demo/src/lib.rs", SOLUTION);
+    }
+    let second = first.is_ok().then(|| until("All 4 tests pass"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let first = first.expect("the first check and the watch line");
+    assert!(
+        first
+            .iter()
+            .any(|l| l == "2 of 4 tests pass; 1 of 3 exercises done."),
+        "{first:?}"
+    );
+    second
+        .expect("a second check")
+        .expect("the save was checked");
 }
