@@ -248,10 +248,20 @@ pub fn open_in_browser(target: &str) -> Result<()> {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let program = format!("{:?}", cmd.get_program());
-    // Not waited for: some openers stay until the browser closes. The kernel reaps it at exit.
-    cmd.spawn()
-        .map(drop)
-        .with_context(|| format!("running {program} to open {target}"))
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running {program} to open {target}"))?;
+    // An opener that fails (no display, no browser) says so at once; one that stays running has
+    // started a browser and may wait for it to close: leave it be.
+    for _ in 0..20 {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => return Err(anyhow!("{program} failed ({status})")),
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            Err(e) => return Err(e).with_context(|| format!("waiting for {program}")),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
