@@ -50,6 +50,30 @@ pub enum Command {
     Viz(VizArgs),
     /// Make the book's pictures from each chapter's walkthrough, or check they are up to date.
     Pictures(PicturesArgs),
+    /// Replay allocation traces through a fresh caching allocator: peaks, fragmentation
+    /// overhead, device reservations, time per event.
+    Replay(ReplayArgs),
+}
+
+/// Flags of `workbook replay`.
+#[derive(Debug, Args)]
+#[command(after_help = "The trace format and the committed traces: bench/README.md.")]
+pub struct ReplayArgs {
+    /// Trace files (JSON, `"format": "gpumem-alloc-trace"`).
+    #[arg(value_name = "TRACE.json", required = true)]
+    pub traces: Vec<PathBuf>,
+    /// The memory behind the allocator: cpu (host memory), cuda or cuda:N (cuMemAlloc).
+    #[arg(long, value_name = "DEVICE", default_value = "cpu")]
+    pub device: String,
+    /// Replays per trace, each through a fresh allocator; the time per event is their median.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    /// The cpu device's memory (bytes, or with a KiB/MiB/GiB suffix); default: no limit.
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
+    /// Print JSON (a list, one object per trace) instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `workbook verify`.

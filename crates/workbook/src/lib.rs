@@ -15,6 +15,7 @@ pub mod learner;
 pub mod list;
 pub mod pictures;
 pub mod progress;
+pub mod replay;
 pub mod reset;
 pub mod runner;
 pub mod scratch;
@@ -66,5 +67,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Book(args) => book::run(cli.root.as_deref(), &args),
         Command::Viz(args) => viz::run(&args),
         Command::Pictures(args) => pictures::run(cli.root.as_deref(), &args),
+        Command::Replay(args) => replay::run(&args),
     }
 }

@@ -1,0 +1,276 @@
+//! `workbook replay`: runs allocation traces (`gpumem::trace`, format in `bench/README.md`)
+//! through a fresh caching allocator and prints the peaks, the fragmentation overhead, the device
+//! reservations and the time per event — the columns `bench/torch_replay.py` prints for PyTorch.
+//!
+//! Each replay gets a private allocator (never the shared device's), so nothing else in the process
+//! disturbs it: over host memory on `cpu`, over the driver (`cuMemAlloc`) on `cuda:N`.
+
+use crate::cli::ReplayArgs;
+use anyhow::{Context, Result, bail};
+use gpumem::backend::{DeviceBackend, RawMemory};
+use gpumem::backend_cpu::CpuBackend;
+use gpumem::backend_cuda::CudaBackend;
+use gpumem::trace::{AllocTrace, ReplayStats, replay};
+use gpumem::{AllocatorConfig, CachingAllocator, DeviceKind, format_bytes};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// One trace's result: the stats of the first replay and the median time per event over all.
+#[derive(Debug, Clone)]
+pub struct TraceResult {
+    /// The trace's name (its file name without `.json`).
+    pub name: String,
+    /// The path as given.
+    pub path: String,
+    /// The trace's own description.
+    pub description: String,
+    /// What the replay measured (the first replay; every replay gives the same counts).
+    pub stats: ReplayStats,
+    /// Median nanoseconds per event over the replays.
+    pub ns_per_event: f64,
+    /// How many replays were timed.
+    pub repeats: u32,
+}
+
+/// Which memory backs the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// `cpu` or `cuda:N`.
+    pub kind: DeviceKind,
+    /// On cpu: the most bytes that may be reserved at once.
+    pub capacity: usize,
+}
+
+/// Parses `--device`: `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
+pub fn parse_device(name: &str) -> Result<DeviceKind> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "cpu" => Ok(DeviceKind::Cpu),
+        "cuda" => Ok(DeviceKind::Cuda(0)),
+        other => match other.strip_prefix("cuda:").map(str::parse) {
+            Some(Ok(n)) => Ok(DeviceKind::Cuda(n)),
+            _ => bail!("--device {name:?}: expected cpu, cuda or cuda:N"),
+        },
+    }
+}
+
+/// Replays `trace` `repeats` times, each through a fresh allocator on `target`.
+pub fn replay_trace(
+    trace: &AllocTrace,
+    target: Target,
+    config: &AllocatorConfig,
+    repeats: u32,
+) -> Result<(ReplayStats, f64)> {
+    let mut first: Option<ReplayStats> = None;
+    let mut times = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let stats = match target.kind {
+            DeviceKind::Cpu => once(CpuBackend::new(target.capacity), "cpu", config, trace)?,
+            DeviceKind::Cuda(n) => {
+                let backend = CudaBackend::new(n).with_context(|| format!("opening cuda:{n}"))?;
+                once(backend, &format!("cuda:{n}"), config, trace)?
+            }
+        };
+        times.push(stats.ns_per_event());
+        match &first {
+            None => first = Some(stats),
+            Some(f) => {
+                let counts = |s: &ReplayStats| ReplayStats {
+                    elapsed: Duration::ZERO,
+                    ..s.clone()
+                };
+                if counts(f) != counts(&stats) {
+                    bail!(
+                        "two replays of the same trace gave different counts: {f:?} and {stats:?}"
+                    );
+                }
+            }
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    Ok((first.expect("at least one replay"), median))
+}
+
+fn once<B: RawMemory>(
+    backend: B,
+    name: &str,
+    config: &AllocatorConfig,
+    trace: &AllocTrace,
+) -> Result<ReplayStats> {
+    let allocator = CachingAllocator::new(backend, name, config.clone());
+    Ok(replay(&allocator, trace)?)
+}
+
+/// Reads and checks a trace file.
+pub fn read_trace(path: &Path) -> Result<AllocTrace> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    AllocTrace::from_json(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// `workbook replay`.
+pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
+    let kind = parse_device(&args.device)?;
+    let capacity = match (&args.capacity, kind) {
+        (None, _) => usize::MAX,
+        (Some(text), DeviceKind::Cpu) => gpumem::format::parse_bytes(text)
+            .filter(|&n| n > 0)
+            .and_then(|n| usize::try_from(n).ok())
+            .with_context(|| {
+                format!("--capacity {text:?}: use bytes or a KiB/MiB/GiB suffix, e.g. 8GiB")
+            })?,
+        (Some(_), DeviceKind::Cuda(_)) => {
+            bail!("--capacity is for the cpu device; a GPU's capacity is its memory")
+        }
+    };
+    let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
+    let target = Target { kind, capacity };
+    let mut results = Vec::new();
+    for path in &args.traces {
+        let trace = read_trace(path)?;
+        let (stats, ns_per_event) = replay_trace(&trace, target, &config, args.repeat)
+            .with_context(|| format!("replaying {}", path.display()))?;
+        results.push(TraceResult {
+            name: path.file_stem().map_or_else(
+                || path.display().to_string(),
+                |s| s.to_string_lossy().into(),
+            ),
+            path: path.display().to_string(),
+            description: trace.description,
+            stats,
+            ns_per_event,
+            repeats: args.repeat,
+        });
+    }
+    if args.json {
+        println!("{}", to_json(&results, target));
+    } else {
+        print!("{}", header(target, &config, args.repeat));
+        print!("{}", table(&results));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the replay ran on, in words.
+fn device_line(target: Target) -> String {
+    match target.kind {
+        DeviceKind::Cpu => {
+            let name = CpuBackend::new(0)
+                .properties()
+                .map(|p| p.name)
+                .unwrap_or_default();
+            let cap = if target.capacity == usize::MAX {
+                "no capacity limit".to_string()
+            } else {
+                format!("capacity {}", format_bytes(target.capacity as u64))
+            };
+            format!("cpu ({name}; a private allocator over host memory, {cap})")
+        }
+        DeviceKind::Cuda(n) => {
+            let name = CudaBackend::new(n)
+                .and_then(|b| b.properties())
+                .map(|p| p.name)
+                .unwrap_or_default();
+            let driver = gpumem::cuda::driver_version()
+                .map(|v| format!("CUDA driver {}.{}", v / 1000, (v % 1000) / 10))
+                .unwrap_or_else(|| "driver version unknown".into());
+            format!("cuda:{n} ({name}, {driver}; a private allocator over cuMemAlloc)")
+        }
+    }
+}
+
+fn header(target: Target, config: &AllocatorConfig, repeats: u32) -> String {
+    let conf = if *config == AllocatorConfig::default() {
+        "torch's defaults".to_string()
+    } else {
+        format!("{config:?}")
+    };
+    format!(
+        "replay on {}\nallocator settings: {conf}; time per event: the median of {repeats} replay(s)\n\n",
+        device_line(target)
+    )
+}
+
+/// The results as a table, one row per trace.
+pub fn table(results: &[TraceResult]) -> String {
+    let width = results
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let mut out = format!(
+        "{:<width$}  {:>7}  {:>14}  {:>14}  {:>14}  {:>18}  {:>13}  {:>8}\n",
+        "trace",
+        "events",
+        "peak requested",
+        "peak allocated",
+        "peak reserved",
+        "reserved/requested",
+        "device allocs",
+        "ns/event"
+    );
+    for r in results {
+        let s = &r.stats;
+        out.push_str(&format!(
+            "{:<width$}  {:>7}  {:>14}  {:>14}  {:>14}  {:>18.3}  {:>13}  {:>8.1}\n",
+            r.name,
+            s.events,
+            format_bytes(s.peak_requested),
+            format_bytes(s.peak_allocated),
+            format_bytes(s.peak_reserved),
+            s.overhead(),
+            s.num_device_alloc,
+            r.ns_per_event
+        ));
+    }
+    out
+}
+
+/// The results as JSON: a list with one object per trace (the keys `bench/torch_replay.py` uses).
+pub fn to_json(results: &[TraceResult], target: Target) -> String {
+    let device = target.kind.to_string();
+    let list: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            let s = &r.stats;
+            serde_json::json!({
+                "trace": r.name,
+                "path": r.path,
+                "allocator": "gpumem",
+                "device": device,
+                "events": s.events,
+                "allocs": s.summary.allocs,
+                "frees": s.summary.frees,
+                "peak_requested_bytes": s.peak_requested,
+                "peak_allocated_bytes": s.peak_allocated,
+                "peak_reserved_bytes": s.peak_reserved,
+                "reserved_over_requested": s.overhead(),
+                "num_device_alloc": s.num_device_alloc,
+                "num_device_free": s.num_device_free,
+                "num_alloc_retries": s.num_alloc_retries,
+                "ns_per_event": r.ns_per_event,
+                "repeats": r.repeats,
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(&list).expect("JSON values serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_parse() {
+        assert_eq!(parse_device("cpu").unwrap(), DeviceKind::Cpu);
+        assert_eq!(parse_device("CUDA").unwrap(), DeviceKind::Cuda(0));
+        assert_eq!(parse_device("cuda:3").unwrap(), DeviceKind::Cuda(3));
+        let e = parse_device("gpu").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--device \"gpu\": expected cpu, cuda or cuda:N"
+        );
+    }
+}
