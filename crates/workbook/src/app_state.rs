@@ -88,6 +88,12 @@ impl Repo {
         self.root.join("target").join("workbook")
     }
 
+    /// `.workbook/` in the root: the learner's own data (progress, backups), which `cargo clean`
+    /// must not delete. Git ignores it.
+    pub fn learner_dir(&self) -> PathBuf {
+        self.root.join(".workbook")
+    }
+
     /// The chapter names: the sorted directory names under `exercises/`.
     pub fn chapter_names(&self) -> Result<Vec<String>> {
         let dir = self.exercises_dir();

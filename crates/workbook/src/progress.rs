@@ -1,4 +1,4 @@
-//! The learner's progress, kept between runs in `target/workbook/state.json`: the last check of
+//! The learner's progress, kept between runs in `.workbook/state.json`: the last check of
 //! each chapter (every test's verdict and why it failed) and which hints were shown.
 //!
 //! The file is replaced atomically (a temporary file renamed over it) under a lock, so a `watch`
@@ -99,7 +99,7 @@ impl Progress {
 /// The state file of a workbook.
 #[derive(Debug, Clone)]
 pub struct StateFile {
-    /// `target/workbook/state.json`.
+    /// `.workbook/state.json`.
     pub path: PathBuf,
 }
 
@@ -107,7 +107,7 @@ impl StateFile {
     /// The state file of `repo`.
     pub fn of(repo: &Repo) -> StateFile {
         StateFile {
-            path: repo.work_dir().join("state.json"),
+            path: repo.learner_dir().join("state.json"),
         }
     }
 

@@ -1,6 +1,6 @@
 //! `workbook reset <chapter>`: puts the original stubs back in `exercises/<chapter>/src` from the
 //! copies the binary carries, after asking, and keeps a backup of every file it replaces or
-//! removes under `target/workbook/backups/<chapter>-<time>/`. `tests/` is never touched.
+//! removes under `.workbook/backups/<chapter>-<time>/`. `tests/` is never touched.
 
 use crate::app_state::Repo;
 use crate::cli::ResetArgs;
@@ -123,12 +123,12 @@ pub fn read_tree(dir: &Path) -> Result<BTreeMap<PathBuf, Vec<u8>>> {
     Ok(out)
 }
 
-/// Copies `files` (the chapter's current `src/`) to a new `target/workbook/backups/<chapter>-<time>/src`
+/// Copies `files` (the chapter's current `src/`) to a new `.workbook/backups/<chapter>-<time>/src`
 /// and reads the copy back before anything is replaced. Returns the backup's directory.
 pub fn backup(repo: &Repo, name: &str, files: &BTreeMap<PathBuf, Vec<u8>>) -> Result<PathBuf> {
     let dir = progress::unique_path(
         &repo
-            .work_dir()
+            .learner_dir()
             .join("backups")
             .join(format!("{name}-{}", progress::stamp())),
     );

@@ -269,7 +269,7 @@ fn hints_get_more_explicit_and_are_remembered() {
     let other = hint(&["ch01"]);
     assert!(other.contains("ch01-demo › double"), "{other}");
     assert!(other.contains("Hint 1 of 2:"), "{other}");
-    let state = std::fs::read_to_string(repo.root().join("target/workbook/state.json"))
+    let state = std::fs::read_to_string(repo.root().join(".workbook/state.json"))
         .expect("the state file");
     let state: serde_json::Value = serde_json::from_str(&state).expect("JSON");
     assert_eq!(state["chapters"]["ch01-demo"]["hints_shown"]["triple"], 3);
@@ -327,7 +327,7 @@ fn a_corrupt_state_file_is_moved_aside_and_reported() {
     let repo = FakeRepo::new();
     demo_chapter(&repo, "ch01-demo");
     let state = repo.write(
-        "target/workbook/state.json",
+        ".workbook/state.json",
         "{\"version\": 1, \"chapters\": [",
     );
     let (code, out, err) = workbook(&repo, &["list"]);
@@ -409,7 +409,7 @@ fn reset_refuses_without_yes_when_there_is_no_terminal() {
         repo.snapshot() == before,
         "reset changed files it was not allowed to"
     );
-    assert!(!repo.root().join("target/workbook/backups").exists());
+    assert!(!repo.root().join(".workbook/backups").exists());
 }
 
 #[test]
@@ -433,7 +433,7 @@ fn reset_backs_up_then_restores_the_stubs_and_leaves_tests_alone() {
             .expect("tests/ untouched"),
         "// my test\n"
     );
-    let backups = repo.root().join("target/workbook/backups");
+    let backups = repo.root().join(".workbook/backups");
     let made: Vec<_> = std::fs::read_dir(&backups)
         .expect("a backup")
         .flatten()
@@ -450,7 +450,7 @@ fn reset_backs_up_then_restores_the_stubs_and_leaves_tests_alone() {
         "{backup_name}"
     );
     assert!(
-        out.contains(&format!("target/workbook/backups/{backup_name}")),
+        out.contains(&format!(".workbook/backups/{backup_name}")),
         "{out}"
     );
     assert_eq!(
