@@ -269,8 +269,8 @@ fn hints_get_more_explicit_and_are_remembered() {
     let other = hint(&["ch01"]);
     assert!(other.contains("ch01-demo › double"), "{other}");
     assert!(other.contains("Hint 1 of 2:"), "{other}");
-    let state = std::fs::read_to_string(repo.root().join(".workbook/state.json"))
-        .expect("the state file");
+    let state =
+        std::fs::read_to_string(repo.root().join(".workbook/state.json")).expect("the state file");
     let state: serde_json::Value = serde_json::from_str(&state).expect("JSON");
     assert_eq!(state["chapters"]["ch01-demo"]["hints_shown"]["triple"], 3);
     assert_eq!(state["chapters"]["ch01-demo"]["hints_shown"]["double"], 1);
@@ -326,10 +326,7 @@ fn the_solution_waits_for_passing_tests_unless_forced() {
 fn a_corrupt_state_file_is_moved_aside_and_reported() {
     let repo = FakeRepo::new();
     demo_chapter(&repo, "ch01-demo");
-    let state = repo.write(
-        ".workbook/state.json",
-        "{\"version\": 1, \"chapters\": [",
-    );
+    let state = repo.write(".workbook/state.json", "{\"version\": 1, \"chapters\": [");
     let (code, out, err) = workbook(&repo, &["list"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(err.contains("could not be read"), "{err}");
