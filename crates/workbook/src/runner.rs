@@ -7,6 +7,7 @@
 
 use anyhow::{Context, Result, bail};
 use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -56,21 +57,83 @@ pub fn build_tests(
     package: &str,
     target_dir: &Path,
 ) -> Result<Result<Vec<TestBinary>, BuildFailure>> {
+    build_tests_within(workspace, package, target_dir, None)
+}
+
+/// [`build_tests`], with cargo and the compilers it started stopped after `limit`: a build that
+/// takes longer is a failed build saying so (code can make the compiler read without end, e.g.
+/// `include_bytes!("/dev/zero")`).
+pub fn build_tests_within(
+    workspace: &Path,
+    package: &str,
+    target_dir: &Path,
+    limit: Option<Duration>,
+) -> Result<Result<Vec<TestBinary>, BuildFailure>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(&cargo)
-        .args(["test", "--no-run", "--quiet", "--message-format=json"])
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["test", "--no-run", "--quiet", "--message-format=json"])
         .args(["--package", package, "--test", "*"])
         .current_dir(workspace)
         .env("CARGO_TARGET_DIR", target_dir)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| {
-            format!(
-                "running {} test --no-run in {}",
-                Path::new(&cargo).display(),
-                workspace.display()
-            )
-        })?;
+        .stdin(Stdio::null());
+    let context = || {
+        format!(
+            "running {} test --no-run in {}",
+            Path::new(&cargo).display(),
+            workspace.display()
+        )
+    };
+    let output = match limit {
+        None => cmd.output().with_context(context)?,
+        Some(limit) => {
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
+            die_with_parent(&mut cmd);
+            let mut child = cmd.spawn().with_context(context)?;
+            let pid = child.id() as libc::pid_t;
+            let read_all = |stream: Option<Box<dyn Read + Send>>| {
+                std::thread::spawn(move || {
+                    let mut bytes = Vec::new();
+                    if let Some(mut stream) = stream {
+                        let _ = stream.read_to_end(&mut bytes);
+                    }
+                    bytes
+                })
+            };
+            let stdout = read_all(child.stdout.take().map(|s| Box::new(s) as _));
+            let stderr = read_all(child.stderr.take().map(|s| Box::new(s) as _));
+            let (tx, rx) = mpsc::channel();
+            let waiter = std::thread::spawn(move || {
+                let _ = tx.send(child.wait());
+            });
+            let status = match rx.recv_timeout(limit) {
+                Ok(status) => Some(status.context("waiting for cargo")?),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of cargo"),
+            };
+            // SAFETY: signals the process group cargo leads (cargo is not reaped yet when it
+            // timed out, so the id is still ours): the compilers it started go too.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            let _ = waiter.join();
+            let stdout = stdout.join().unwrap_or_default();
+            let stderr = stderr.join().unwrap_or_default();
+            let Some(status) = status else {
+                return Ok(Err(BuildFailure {
+                    errors: vec![format!(
+                        "the build did not finish within {} s and was stopped (does the code \
+                         make the compiler read a huge or endless file, or loop in a const?)",
+                        limit.as_secs()
+                    )],
+                }));
+            };
+            std::process::Output {
+                status,
+                stdout,
+                stderr,
+            }
+        }
+    };
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut binaries = Vec::new();
     let mut errors = Vec::new();
@@ -238,19 +301,15 @@ pub struct TestOutcome {
 /// Runs one test in a process of its own: `<exe> --exact <name> --test-threads=1`.
 ///
 /// Passing needs exit status 0 *and* the harness's own report that the test passed. That report is
-/// read from the harness's log file (`--logfile`, a fresh file with a random name), not from the
-/// test's output: code under test that prints a fake `test result: ok` line and calls
-/// `std::process::exit(0)` writes nothing there, and is judged failed. Where the harness has no
-/// `--logfile` (a future toolchain), its `test result: ok. 1 passed` line on stdout is the report.
+/// not read from the test's output but from the harness's log (`--logfile /dev/fd/3`), written
+/// into a pipe that only the test process holds, as its descriptor 3: there is no file to find.
+/// Code under test that prints a fake `test result: ok` line and calls `std::process::exit(0)`
+/// writes nothing there, and is judged failed. Where the harness has no `--logfile` (a future
+/// toolchain) or there is no `/dev/fd`, its `test result: ok. 1 passed` line on stdout is the
+/// report.
 pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     let log = if harness_has_logfile(&case.binary) {
-        Some(
-            tempfile::Builder::new()
-                .prefix("workbook-harness-")
-                .suffix(".log")
-                .tempfile()
-                .context("creating the test harness's log file")?,
-        )
+        Some(log_pipe().context("creating a pipe for the test harness's log")?)
     } else {
         None
     };
@@ -271,27 +330,28 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     if let Some(cwd) = &options.cwd {
         cmd.current_dir(cwd);
     }
-    // In a group of its own the test no longer hears the terminal's Ctrl-C: have the kernel kill
-    // it when the thread that started it goes, so an interrupted run leaves no test spinning.
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-        // system calls.
+    die_with_parent(&mut cmd);
+    if let Some((_, write)) = &log {
+        let write = write.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec and only makes
+        // async-signal-safe system calls on descriptors the child has.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                // dup2 gives descriptor 3 without close-on-exec; when the pipe already is 3,
+                // clear that flag instead.
+                let ok = if write == LOG_FD {
+                    libc::fcntl(LOG_FD, libc::F_SETFD, 0) == 0
+                } else {
+                    libc::dup2(write, LOG_FD) == LOG_FD
+                };
+                if ok {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
                 }
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
             })
         };
-    }
-    if let Some(log) = &log {
-        cmd.arg("--logfile").arg(log.path());
+        cmd.arg("--logfile").arg(format!("/dev/fd/{LOG_FD}"));
     }
     for (key, value) in &options.env {
         cmd.env(key, value);
@@ -300,6 +360,8 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", case.binary.display()))?;
+    // Only the test process holds the write end now.
+    let log = log.map(|(read, _write)| read);
     let pid = child.id() as libc::pid_t;
     let stdout = child
         .stdout
@@ -337,7 +399,7 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
         Some(rest) if log.is_some() => rest.strip_prefix('\n').unwrap_or(rest).to_string(),
         _ => stderr,
     };
-    let harness_log = log.map(|log| std::fs::read_to_string(log.path()).unwrap_or_default());
+    let harness_log = log.map(read_available);
     let reported = match &harness_log {
         Some(text) => harness_log_says_ok(text, &case.name),
         None => stdout
@@ -353,6 +415,30 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
         stderr,
         duration,
     })
+}
+
+/// In a group of its own a process no longer hears the terminal's Ctrl-C: have the kernel kill it
+/// when the thread that started it goes, so an interrupted run leaves nothing spinning.
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+        // system calls.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            })
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
 }
 
 /// Runs `cases` with at most `jobs` processes at once; results come back in the order of
@@ -429,20 +515,71 @@ fn join_reader(reader: Reader) -> String {
     reader.join().unwrap_or_default()
 }
 
+/// The descriptor the test process writes the harness's log to.
+const LOG_FD: RawFd = 3;
+
+/// A pipe for the harness's log: (read end, write end), both closed on exec (the write end is
+/// given to the test as descriptor 3 explicitly).
+fn log_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two new descriptors into `fds`, which we then own.
+    #[cfg(target_os = "linux")]
+    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    // SAFETY: as above; close-on-exec is set right after (another thread's fork in between
+    // would only leak a descriptor into that child).
+    #[cfg(not(target_os = "linux"))]
+    let made = unsafe {
+        let made = libc::pipe(fds.as_mut_ptr());
+        if made == 0 {
+            libc::fcntl(fds[0], libc::F_SETFD, libc::FD_CLOEXEC);
+            libc::fcntl(fds[1], libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        made
+    };
+    if made != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// What is in the pipe now, without waiting for its end: a process the test left behind (and
+/// that escaped its group) may still hold the write end. At most 64 KiB.
+fn read_available(read: OwnedFd) -> String {
+    // SAFETY: changes the flags of a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    let mut file = std::fs::File::from(read);
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    while bytes.len() < 64 * 1024 {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// What the harness says on stderr when given `--logfile`.
 const LOGFILE_WARNING: &str = "warning: `--logfile` is deprecated";
 
-/// Whether the test harness supports `--logfile` (asked once per run: every test executable is
-/// built by the same toolchain).
+/// Whether the test harness supports `--logfile` and `/dev/fd` exists (asked once per run: every
+/// test executable is built by the same toolchain).
 fn harness_has_logfile(binary: &Path) -> bool {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SUPPORTED.get_or_init(|| {
-        Command::new(binary)
-            .arg("--help")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--logfile"))
+        Path::new("/dev/fd").is_dir()
+            && Command::new(binary)
+                .arg("--help")
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--logfile"))
     })
 }
 
@@ -581,6 +718,15 @@ mod tests {
             failure_message("t", out, "").as_deref(),
             Some("assertion `left == right` failed; left: 1; right: 2")
         );
+    }
+
+    #[test]
+    fn only_the_harness_log_line_for_this_test_counts_as_passed() {
+        assert!(harness_log_says_ok("ok t\n", "t"));
+        assert!(!harness_log_says_ok("", "t"));
+        assert!(!harness_log_says_ok("ok t2\n", "t"));
+        assert!(!harness_log_says_ok("ok t\nfailed t\n", "t"));
+        assert!(!harness_log_says_ok("ignored t\n", "t"));
     }
 
     #[test]

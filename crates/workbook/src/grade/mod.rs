@@ -4,7 +4,8 @@
 //! For each chapter, the official crate (`exercises/<chapter>`: its `Cargo.toml`, `tests/`, plus
 //! any hidden tests) is copied once into a pristine crate; each submitted `src/` is laid over it
 //! in a scratch workspace of its own ([`scratch::prepare`], with a member name per student so
-//! that executables never collide in the shared build target), built ([`runner::build_tests`]),
+//! that executables never collide in the shared build target), built
+//! ([`runner::build_tests_within`], with a time limit),
 //! and every graded test runs in a process of its own with a time limit and capped output
 //! ([`runner::run_tests`]). A test passes only when its process exits with status 0 after the
 //! harness itself reported it passed (see [`runner::run_test`]). Points come from
@@ -36,6 +37,8 @@ use submission::{Limits, Submission, SubmittedChapter};
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// Bytes kept of each of a test's output streams (half from the start, half from the end).
 pub const OUTPUT_LIMIT: usize = 6 * 1024;
+/// The default time limit of one submitted chapter's build.
+pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How `grade` works.
 #[derive(Debug, Clone)]
@@ -48,6 +51,8 @@ pub struct GradeOptions {
     pub jobs: usize,
     /// Time limit of one test.
     pub timeout: Duration,
+    /// Time limit of one submitted chapter's build (cargo and the compiler are stopped after it).
+    pub build_timeout: Duration,
     /// Keep each graded chapter's test executables (otherwise removed once its tests ran).
     pub keep_builds: bool,
     /// What a submission may unpack to.
@@ -63,6 +68,7 @@ impl Default for GradeOptions {
             hidden_tests: None,
             jobs: app_state::default_jobs(),
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            build_timeout: DEFAULT_BUILD_TIMEOUT,
             keep_builds: false,
             limits: Limits::default(),
             progress: true,
@@ -520,7 +526,7 @@ fn progress_bar(len: u64, enabled: bool) -> ProgressBar {
     }
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
     if let Ok(style) = ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] [{bar:30}] {pos}/{len} tests ({eta} left) {msg}",
+        "{spinner} [{elapsed_precise}] [{bar:30}] {pos}/{len} tests ({eta} left) {wide_msg}",
     ) {
         bar.set_style(style.progress_chars("=> "));
     }
@@ -714,7 +720,13 @@ fn test_chapter(
         &spec.pristine,
         &submitted.src,
     )?;
-    let binaries = match runner::build_tests(&crate_.workspace, &crate_.package, &ctx.target_dir)? {
+    let built = runner::build_tests_within(
+        &crate_.workspace,
+        &crate_.package,
+        &ctx.target_dir,
+        Some(ctx.options.build_timeout),
+    )?;
+    let binaries = match built {
         Ok(binaries) => binaries,
         Err(mut failure) => {
             // The learner knows their files as `<chapter>/src/...`, not by the scratch member.

@@ -386,7 +386,12 @@ const REVIEW_PATTERNS: &[(&str, &str)] = &[
     ("process::exit", "ends the process from inside the code"),
     ("process::abort", "aborts the process from inside the code"),
     ("env::args", "reads the command line (the test harness's)"),
-    ("/proc/self", "reads its own process's files"),
+    ("/proc/", "reads process files (its own, or the grader's)"),
+    (
+        "/dev/fd",
+        "opens descriptors by path (the harness's log is one)",
+    ),
+    ("from_raw_fd", "writes to a descriptor it did not open"),
     (
         "link_section",
         "places code in a linker section (code that runs before main?)",
