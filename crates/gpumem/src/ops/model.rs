@@ -281,6 +281,11 @@ impl Mlp {
         Ok(Mlp { layers })
     }
 
+    /// The device the model lives on.
+    pub fn device(&self) -> &Device {
+        self.layers[0].device()
+    }
+
     /// Inputs per example.
     pub fn in_features(&self) -> usize {
         self.layers.first().map_or(0, |l| l.in_features)
