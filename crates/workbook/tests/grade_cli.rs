@@ -132,7 +132,7 @@ fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
         "{stubs}"
     );
     assert!(
-        stubs.contains("- Why: failed: not yet implemented"),
+        stubs.contains("- Why: not yet implemented"),
         "{stubs}"
     );
 }

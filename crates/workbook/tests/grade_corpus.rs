@@ -829,7 +829,7 @@ fn gradescope_results_have_the_fields_and_types_gradescope_reads() {
     let hint = &RUN.report.chapters[1].chapter.info.exercises[2].hints[0];
     assert!(
         test["output"].as_str().unwrap().starts_with(&format!(
-            "failed: batched_upload broke on 4 rows\nHint: {hint}"
+            "batched_upload broke on 4 rows\nHint: {hint}"
         )),
         "{test}"
     );
@@ -948,7 +948,7 @@ fn feedback_says_what_failed_why_and_which_hint_to_read() {
     assert!(panics.contains(
         "### ✗ `batched_upload_keeps_row_order` (0 / 1 point) — exercise `batched_upload`"
     ));
-    assert!(panics.contains("- Why: failed: batched_upload broke on 4 rows"));
+    assert!(panics.contains("- Why: batched_upload broke on 4 rows"));
     let hint = &RUN.report.chapters[1].chapter.info.exercises[2].hints[0];
     assert!(panics.contains(&format!("- Hint: {hint}")));
     assert!(panics.contains("- More hints: `workbook hint ch02-transfers batched_upload`"));

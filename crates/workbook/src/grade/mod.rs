@@ -2,14 +2,13 @@
 //! machinery as `verify` and `check`.
 //!
 //! For each chapter, the official crate (`exercises/<chapter>`: its `Cargo.toml`, `tests/`, plus
-//! any hidden tests) is copied once into a pristine crate; each submitted `src/` is laid over it
-//! in a scratch workspace of its own ([`scratch::prepare`], with a member name per student so
-//! that executables never collide in the shared build target), built
-//! ([`runner::build_tests_within`], with a time limit),
-//! and every graded test runs in a process of its own with a time limit and capped output
-//! ([`runner::run_tests`]). A test passes only when its process exits with status 0 after the
-//! harness itself reported it passed (see [`runner::run_test`]). Points come from
-//! `chapter.toml` (hidden tests: their `points.toml`, else 1 each).
+//! any hidden tests) is copied once per run into a pristine crate. Each submitted `src/` is laid
+//! over it in a scratch workspace of its own ([`scratch::prepare`], with a member name per student
+//! so that executables never collide in the shared build target), built with a time limit
+//! ([`runner::build_tests_within`]), and every graded test runs in a process of its own with a
+//! time limit and capped output ([`runner::run_tests`]). A test passes only when its process exits
+//! with status 0 after the harness itself reported it passed (see [`runner::run_test`]). Points
+//! come from `chapter.toml` (hidden tests: their `points.toml`, else 1 each).
 //!
 //! Nothing a submission does can stop the batch: a refused archive, a compile error, a crash or a
 //! hang costs that student the points concerned, with the reason in their report.

@@ -11,6 +11,8 @@ use std::path::Path;
 pub const MAX_OUTPUT_CHARS: usize = 6000;
 /// Failed tests listed per chapter in the terminal table (the rest are counted).
 const TABLE_FAILURES_SHOWN: usize = 5;
+/// Characters of a failure's reason shown in the terminal table.
+const TABLE_MESSAGE_CHARS: usize = 160;
 
 /// Short column names for the chapters: `ch01` for `ch01-availability` when that is unique.
 fn short_names(report: &GradeReport) -> Vec<String> {
@@ -165,12 +167,12 @@ fn student_details(student: &StudentResult) -> String {
                     for test in failed.iter().take(TABLE_FAILURES_SHOWN) {
                         let _ = writeln!(
                             out,
-                            "    ✗ {}{} ({} pt): {}: {}",
+                            "    ✗ {}{} ({} pt{}): {}",
                             test.test.name,
                             if test.test.hidden { " [hidden]" } else { "" },
                             test.test.points,
-                            test.status.word(),
-                            test.message
+                            if test.test.points == 1 { "" } else { "s" },
+                            shorten(reason(test), TABLE_MESSAGE_CHARS)
                         );
                     }
                     if failed.len() > TABLE_FAILURES_SHOWN {
@@ -191,6 +193,23 @@ fn student_details(student: &StudentResult) -> String {
         }
     }
     out
+}
+
+/// Why a test did not pass, in one line: its message, or the status when there is none.
+fn reason(test: &TestResult) -> &str {
+    if test.message.is_empty() {
+        test.status.word()
+    } else {
+        &test.message
+    }
+}
+
+/// `text` cut to `max` characters, with an ellipsis.
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
 }
 
 /// The first `n` non-empty lines of `text`, joined with " / ".
@@ -222,7 +241,7 @@ fn test_output(result: &TestResult, report: &GradeReport) -> String {
     if result.status.passed() {
         return String::new();
     }
-    let mut text = format!("{}: {}", result.status.word(), result.message);
+    let mut text = reason(result).to_string();
     if let Some(hint) = hint_for(result, report) {
         let _ = write!(text, "\nHint: {hint}");
     }
@@ -604,7 +623,7 @@ pub fn feedback(report: &GradeReport, student: &StudentResult) -> String {
                     (None, false) => String::new(),
                 }
             );
-            let _ = writeln!(out, "- Why: {}: {}", test.status.word(), test.message);
+            let _ = writeln!(out, "- Why: {}", reason(test));
             if let Some(hint) = hint_for(test, report) {
                 let _ = writeln!(out, "- Hint: {hint}");
                 if let Some(exercise) = &test.test.exercise {
