@@ -390,7 +390,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         .collect::<Result<Vec<_>>>()
         .context("grading needs every chosen chapter's chapter.toml (choose with --chapter)")?;
     let hidden = match &options.hidden_tests {
-        Some(folder) => hidden::load(folder, &chapters)?,
+        Some(folder) => hidden::load(folder, &chapters, &repo.chapter_names()?)?,
         None => BTreeMap::new(),
     };
     let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
