@@ -237,12 +237,12 @@ fn cut(text: &str, max: usize) -> String {
 }
 
 /// What a learner reads about one test: why it failed, the hint, what it printed.
-fn test_output(result: &TestResult, report: &GradeReport) -> String {
+fn test_output(chapter: &str, result: &TestResult, report: &GradeReport) -> String {
     if result.status.passed() {
         return String::new();
     }
     let mut text = reason(result).to_string();
-    if let Some(hint) = hint_for(result, report) {
+    if let Some(hint) = hint_for(chapter, result, report) {
         let _ = write!(text, "\nHint: {hint}");
     }
     if !result.output.trim().is_empty() {
@@ -251,12 +251,13 @@ fn test_output(result: &TestResult, report: &GradeReport) -> String {
     text
 }
 
-fn hint_for<'a>(result: &TestResult, report: &'a GradeReport) -> Option<&'a str> {
+/// The first hint of the exercise a test belongs to, from its chapter's `chapter.toml`.
+fn hint_for<'a>(chapter: &str, result: &TestResult, report: &'a GradeReport) -> Option<&'a str> {
     let exercise = result.test.exercise.as_deref()?;
     report
         .chapters
         .iter()
-        .find(|c| c.tests.iter().any(|t| t == &result.test))
+        .find(|c| c.name() == chapter)
         .and_then(|c| c.first_hint(exercise))
 }
 
@@ -272,7 +273,7 @@ pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
                 "status": if test.status.passed() { "passed" } else { "failed" },
                 "score": test.score,
                 "max_score": test.test.points,
-                "output": test_output(test, report),
+                "output": test_output(&chapter.chapter, test, report),
             });
             if test.test.hidden {
                 entry["visibility"] = json!("after_published");
@@ -624,7 +625,7 @@ pub fn feedback(report: &GradeReport, student: &StudentResult) -> String {
                 }
             );
             let _ = writeln!(out, "- Why: {}", reason(test));
-            if let Some(hint) = hint_for(test, report) {
+            if let Some(hint) = hint_for(&chapter.chapter, test, report) {
                 let _ = writeln!(out, "- Hint: {hint}");
                 if let Some(exercise) = &test.test.exercise {
                     let _ = writeln!(
