@@ -791,6 +791,63 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_that_inflates_past_its_limit_is_refused() {
+        let mut exact = Vec::new();
+        CappedReader::new(&[7u8; 10][..], 10)
+            .read_to_end(&mut exact)
+            .expect("exactly the limit is fine");
+        assert_eq!(exact.len(), 10);
+        let err = CappedReader::new(&[7u8; 11][..], 10)
+            .read_to_end(&mut Vec::new())
+            .expect_err("one byte more is refused");
+        assert_eq!(err.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(err.to_string().contains("a zip bomb?"), "{err}");
+    }
+
+    #[test]
+    fn a_tarball_skips_target_but_its_bytes_count_against_the_stream_limit() {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, size) in [
+            ("wb/target/debug/big", 4096usize),
+            ("wb/ch01/src/lib.rs", 10),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(size as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            tar.append_data(&mut header, path, &vec![b'x'; size][..])
+                .unwrap();
+        }
+        let bytes = tar.into_inner().unwrap();
+        let dest = tempfile::tempdir().unwrap();
+        let limits = Limits::default();
+        let mut budget = Budget::new(&limits);
+        unpack_tar(
+            CappedReader::new(&bytes[..], limits.max_stream_bytes),
+            dest.path(),
+            &mut budget,
+        )
+        .expect("unpacks");
+        assert!(dest.path().join("wb/ch01/src/lib.rs").is_file());
+        assert!(!dest.path().join("wb/target").exists());
+        assert_eq!(
+            budget.notes,
+            ["target/ and .git/ folders in the archive were not unpacked"]
+        );
+        let small = Limits {
+            max_stream_bytes: 2048,
+            ..Limits::default()
+        };
+        let err = unpack_tar(
+            CappedReader::new(&bytes[..], small.max_stream_bytes),
+            tempfile::tempdir().unwrap().path(),
+            &mut Budget::new(&small),
+        )
+        .expect_err("the stream is longer than its limit");
+        assert!(err.to_string().contains("inflates to more than"), "{err}");
+    }
+
+    #[test]
     fn build_output_outside_src_is_skipped() {
         assert!(is_build_or_vcs(Path::new("wb/target/debug/x")));
         assert!(is_build_or_vcs(Path::new(".git/config")));
