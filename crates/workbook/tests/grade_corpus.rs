@@ -828,9 +828,10 @@ fn gradescope_results_have_the_fields_and_types_gradescope_reads() {
         .unwrap();
     let hint = &RUN.report.chapters[1].chapter.info.exercises[2].hints[0];
     assert!(
-        test["output"].as_str().unwrap().starts_with(&format!(
-            "batched_upload broke on 4 rows\nHint: {hint}"
-        )),
+        test["output"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("batched_upload broke on 4 rows\nHint: {hint}")),
         "{test}"
     );
     // Several submissions: an object of results by student.
