@@ -746,7 +746,15 @@ fn test_chapter(
             return Ok(result);
         }
     };
-    let outcome = run_official(ctx, spec, &crate_.crate_dir, &binaries, on_test);
+    let outcome = run_official(ctx, spec, &crate_.crate_dir, &binaries, on_test).map(|mut r| {
+        // Panic locations name the scratch member: show the chapter's own path instead.
+        let (from, to) = (format!("{member}/"), format!("{}/", spec.name()));
+        for test in &mut r.tests {
+            test.message = test.message.replace(&from, &to);
+            test.output = test.output.replace(&from, &to);
+        }
+        r
+    });
     if !ctx.options.keep_builds {
         for binary in &binaries {
             let _ = std::fs::remove_file(&binary.path);
