@@ -100,7 +100,7 @@ struct State {
 }
 
 /// The caching allocator of one device.
-pub struct CachingAllocator<B> {
+pub struct CachingAllocator<B: RawMemory> {
     backend: B,
     device: String,
     state: Mutex<State>,
@@ -268,7 +268,7 @@ impl<B: RawMemory> CachingAllocator<B> {
             st.stats.oversize_allocations.decrease(1);
         }
         st.history
-            .record(TraceAction::Free, ptr, size, stream, &st.stats);
+            .record(TraceAction::Free, ptr, requested, stream, &st.stats);
         if pending.is_empty() {
             st.free_block(id);
         } else {
@@ -554,6 +554,14 @@ impl<B: RawMemory> CachingAllocator<B> {
     }
 }
 
+impl<B: RawMemory> Drop for CachingAllocator<B> {
+    /// Returns cached segments to the backend. Segments that still hold live blocks are left
+    /// alone: someone may still use that memory.
+    fn drop(&mut self) {
+        self.empty_cache();
+    }
+}
+
 impl State {
     #[inline]
     fn block(&self, id: BlockId) -> &Block {
@@ -721,7 +729,7 @@ impl State {
             s.oversize_allocations.increase(1);
         }
         self.history
-            .record(TraceAction::Alloc, ptr, block_size, stream, &self.stats);
+            .record(TraceAction::Alloc, ptr, requested, stream, &self.stats);
         Allocation {
             ptr,
             size: block_size,

@@ -30,7 +30,8 @@ pub struct TraceEntry {
     pub action: TraceAction,
     /// The block's or segment's address (0 for an OOM).
     pub addr: u64,
-    /// Its size in bytes (for an OOM: the segment that could not be reserved).
+    /// Bytes: for alloc and free the size that was asked for (as torch's trace), for segments
+    /// their size, for an OOM the segment that could not be reserved.
     pub size: u64,
     /// The stream it belongs to.
     pub stream: u64,

@@ -485,3 +485,29 @@ fn garbage_collection_frees_old_cached_blocks_past_the_threshold() {
     assert_eq!(stat(&a, "num_ooms"), 0);
     a.free(z, vec![]);
 }
+
+#[test]
+fn dropping_an_allocator_returns_its_cached_segments() {
+    use gpumem::backend::RawMemory;
+    use std::sync::Arc;
+    let backend = Arc::new(CpuBackend::new(GIB));
+    let a = CachingAllocator::new(backend.clone(), "cpu", AllocatorConfig::default());
+    let b = a.malloc(3 * MIB, S0).unwrap();
+    a.free(b, vec![]);
+    assert_eq!(backend.mem_get_info().unwrap().0, GIB - 20 * MIB);
+    drop(a);
+    assert_eq!(backend.mem_get_info().unwrap().0, GIB, "the cached 20 MiB segment went back");
+}
+
+#[test]
+fn trace_entries_carry_the_requested_size_as_torchs_do() {
+    let a = allocator(GIB);
+    a.record_history(true);
+    let b = a.malloc(1000, S0).unwrap();
+    a.free(b, vec![]);
+    let sizes: Vec<(TraceAction, u64)> = a.snapshot().trace.iter().map(|e| (e.action, e.size)).collect();
+    assert_eq!(
+        sizes,
+        [(TraceAction::SegmentAlloc, 2 * MIB as u64), (TraceAction::Alloc, 1000), (TraceAction::Free, 1000)]
+    );
+}
