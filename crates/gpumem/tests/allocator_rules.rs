@@ -496,7 +496,11 @@ fn dropping_an_allocator_returns_its_cached_segments() {
     a.free(b, vec![]);
     assert_eq!(backend.mem_get_info().unwrap().0, GIB - 20 * MIB);
     drop(a);
-    assert_eq!(backend.mem_get_info().unwrap().0, GIB, "the cached 20 MiB segment went back");
+    assert_eq!(
+        backend.mem_get_info().unwrap().0,
+        GIB,
+        "the cached 20 MiB segment went back"
+    );
 }
 
 #[test]
@@ -505,9 +509,18 @@ fn trace_entries_carry_the_requested_size_as_torchs_do() {
     a.record_history(true);
     let b = a.malloc(1000, S0).unwrap();
     a.free(b, vec![]);
-    let sizes: Vec<(TraceAction, u64)> = a.snapshot().trace.iter().map(|e| (e.action, e.size)).collect();
+    let sizes: Vec<(TraceAction, u64)> = a
+        .snapshot()
+        .trace
+        .iter()
+        .map(|e| (e.action, e.size))
+        .collect();
     assert_eq!(
         sizes,
-        [(TraceAction::SegmentAlloc, 2 * MIB as u64), (TraceAction::Alloc, 1000), (TraceAction::Free, 1000)]
+        [
+            (TraceAction::SegmentAlloc, 2 * MIB as u64),
+            (TraceAction::Alloc, 1000),
+            (TraceAction::Free, 1000)
+        ]
     );
 }
