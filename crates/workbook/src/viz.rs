@@ -66,8 +66,8 @@ pub fn segments_svg(snapshot: &Snapshot) -> String {
     render(snapshot, View::Segments)
 }
 
-/// The width of every picture, in pixels.
-const WIDTH: f64 = 860.0;
+/// The width of every picture, in pixels: mdBook's text column, so that the book shows it 1:1.
+const WIDTH: f64 = 750.0;
 const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, \
                     sans-serif";
 const INK: &str = "#1f2328";
@@ -148,10 +148,8 @@ fn totals(snapshot: &Snapshot) -> Vec<(u64, u64)> {
 
 /// The active memory timeline: allocated and reserved bytes after each event of the trace.
 fn timeline(snapshot: &Snapshot) -> Figure {
-    const LEFT: f64 = 92.0;
+    const LEFT: f64 = 84.0;
     const RIGHT: f64 = WIDTH - 24.0;
-    const TOP: f64 = 92.0;
-    const BOTTOM: f64 = 312.0;
     let events = snapshot.trace.len();
     let totals = totals(snapshot);
     let peak_allocated = totals.iter().map(|t| t.0).max().unwrap_or(0);
@@ -163,17 +161,14 @@ fn timeline(snapshot: &Snapshot) -> Figure {
         .count();
     let title = format!("Active memory timeline · {}", snapshot.device);
     let mut b = String::new();
-    text(&mut b, 20.0, 28.0, 17.0, INK, "start", true, &title);
-    let mut summary = format!(
-        "{events} allocator event{} · peak allocated {} · peak reserved {}",
-        plural(events),
-        size(peak_allocated),
-        size(peak_reserved)
-    );
+    let mut summary = vec![
+        format!("{events} allocator event{}", plural(events)),
+        format!("peak allocated {}", size(peak_allocated)),
+        format!("peak reserved {}", size(peak_reserved)),
+    ];
     if ooms > 0 {
-        let _ = write!(summary, " · {ooms} out of memory");
+        summary.push(format!("{ooms} out of memory"));
     }
-    text(&mut b, 20.0, 50.0, 13.0, MUTED, "start", false, &summary);
     let mut legend = vec![
         (
             RESERVED_FILL,
@@ -189,17 +184,13 @@ fn timeline(snapshot: &Snapshot) -> Figure {
     if ooms > 0 {
         legend.push(("#ffffff", OOM, "out of memory"));
     }
-    let mut x = 20.0;
-    for (fill, stroke, label) in legend {
-        swatch(&mut b, x, 62.0, fill, stroke);
-        text(&mut b, x + 20.0, 73.0, 12.0, INK, "start", false, label);
-        x += 30.0 + text_width(label, 12.0);
-    }
+    let top_of_plot = header(&mut b, &title, &summary, &legend) + 22.0;
+    let (top_y, bottom_y) = (top_of_plot, top_of_plot + 220.0);
 
     let (step, top) = byte_ticks(peak_reserved.max(peak_allocated));
     let domain = events.max(1) as f64;
     let px = |i: f64| LEFT + (RIGHT - LEFT) * i / domain;
-    let py = |v: u64| BOTTOM - (BOTTOM - TOP) * v as f64 / top as f64;
+    let py = |v: u64| bottom_y - (bottom_y - top_y) * v as f64 / top as f64;
     let label_unit = unit_for(top);
     let mut tick = 0;
     while tick <= top {
@@ -215,7 +206,7 @@ fn timeline(snapshot: &Snapshot) -> Figure {
             &mut b,
             LEFT - 8.0,
             y + 4.0,
-            11.0,
+            12.0,
             MUTED,
             "end",
             false,
@@ -230,15 +221,15 @@ fn timeline(snapshot: &Snapshot) -> Figure {
         let _ = writeln!(
             b,
             r#"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="{MUTED}" stroke-width="1"/>"#,
-            num(BOTTOM),
-            num(BOTTOM + 5.0),
+            num(bottom_y),
+            num(bottom_y + 5.0),
             x = num(x)
         );
         text(
             &mut b,
             x,
-            BOTTOM + 18.0,
-            11.0,
+            bottom_y + 18.0,
+            12.0,
             MUTED,
             "middle",
             false,
@@ -249,19 +240,19 @@ fn timeline(snapshot: &Snapshot) -> Figure {
     text(
         &mut b,
         (LEFT + RIGHT) / 2.0,
-        BOTTOM + 38.0,
-        12.0,
+        bottom_y + 38.0,
+        12.5,
         MUTED,
         "middle",
         false,
-        "allocator event (index in the trace); each step is one alloc, free, segment_alloc or segment_free",
+        "allocator event: each is one alloc, free, segment_alloc or segment_free",
     );
 
     if events == 0 {
         text(
             &mut b,
             (LEFT + RIGHT) / 2.0,
-            (TOP + BOTTOM) / 2.0,
+            (top_y + bottom_y) / 2.0,
             14.0,
             MUTED,
             "middle",
@@ -278,7 +269,7 @@ fn timeline(snapshot: &Snapshot) -> Figure {
             let _ = writeln!(
                 b,
                 r#"<path d="{steps} V {} H {} Z" fill="{fill}" fill-opacity="0.85" stroke="none"/>"#,
-                num(BOTTOM),
+                num(bottom_y),
                 num(LEFT)
             );
             let _ = writeln!(
@@ -292,8 +283,8 @@ fn timeline(snapshot: &Snapshot) -> Figure {
                 let _ = writeln!(
                     b,
                     r#"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="{OOM}" stroke-width="2" stroke-dasharray="4 3"><title>event {i}: out of memory asking for {}</title></line>"#,
-                    num(TOP),
-                    num(BOTTOM),
+                    num(top_y),
+                    num(bottom_y),
                     size(e.size)
                 );
             }
@@ -304,13 +295,13 @@ fn timeline(snapshot: &Snapshot) -> Figure {
         r#"<line x1="{l}" y1="{t}" x2="{l}" y2="{bo}" stroke="{MUTED}"/><line x1="{l}" y1="{bo}" x2="{r}" y2="{bo}" stroke="{MUTED}"/>"#,
         l = num(LEFT),
         r = num(RIGHT),
-        t = num(TOP),
-        bo = num(BOTTOM)
+        t = num(top_y),
+        bo = num(bottom_y)
     );
     Figure {
-        height: BOTTOM + 56.0,
+        height: bottom_y + 56.0,
         body: b,
-        title: format!("{title}: {summary}"),
+        title: format!("{title}: {}", summary.join(" · ")),
     }
 }
 
@@ -369,6 +360,15 @@ impl Kind {
         }
     }
 
+    fn short_name(self) -> &'static str {
+        match self {
+            Kind::Live => "live",
+            Kind::Pending => "pending free",
+            Kind::Free => "free",
+            Kind::FreeSplit => "free split",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Kind::Live => "live",
@@ -407,8 +407,7 @@ fn reservation_order(snapshot: &Snapshot) -> Vec<&SegmentInfo> {
 fn segment_map(snapshot: &Snapshot) -> Figure {
     const BAR_LEFT: f64 = 176.0;
     const BAR_MAX: f64 = WIDTH - 24.0 - BAR_LEFT;
-    const ROW: f64 = 62.0;
-    const FIRST_ROW: f64 = 100.0;
+    const ROW: f64 = 64.0;
     let segments = reservation_order(snapshot);
     let reserved: u64 = segments.iter().map(|s| s.total_size).sum();
     let mut by_kind = [0u64; 4];
@@ -418,43 +417,38 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
         }
     }
     let title = format!("Segments · {}", snapshot.device);
-    let pending = match by_kind[Kind::Pending as usize] {
-        0 => String::new(),
-        bytes => format!(" · pending free {}", size(bytes)),
-    };
-    let summary = format!(
-        "{} segment{} reserved ({}) · live {}{pending} · free {} (of which split {})",
-        segments.len(),
-        plural(segments.len()),
-        size(reserved),
-        size(by_kind[Kind::Live as usize]),
+    let mut summary = vec![
+        format!(
+            "{} segment{} reserved ({})",
+            segments.len(),
+            plural(segments.len()),
+            size(reserved)
+        ),
+        format!("live {}", size(by_kind[Kind::Live as usize])),
+    ];
+    if by_kind[Kind::Pending as usize] > 0 {
+        summary.push(format!(
+            "pending free {}",
+            size(by_kind[Kind::Pending as usize])
+        ));
+    }
+    summary.push(format!(
+        "free {} (of which split {})",
         size(by_kind[Kind::Free as usize] + by_kind[Kind::FreeSplit as usize]),
         size(by_kind[Kind::FreeSplit as usize]),
-    );
+    ));
+    let legend: Vec<(&str, &str, &str)> = [Kind::Live, Kind::Pending, Kind::Free, Kind::FreeSplit]
+        .into_iter()
+        .map(|k| (k.fill(), MUTED, k.name()))
+        .collect();
     let mut b = String::new();
-    text(&mut b, 20.0, 28.0, 17.0, INK, "start", true, &title);
-    text(&mut b, 20.0, 50.0, 13.0, MUTED, "start", false, &summary);
-    let mut x = 20.0;
-    for kind in [Kind::Live, Kind::Pending, Kind::Free, Kind::FreeSplit] {
-        swatch(&mut b, x, 62.0, kind.fill(), MUTED);
-        text(
-            &mut b,
-            x + 20.0,
-            73.0,
-            12.0,
-            INK,
-            "start",
-            false,
-            kind.name(),
-        );
-        x += 34.0 + text_width(kind.name(), 12.0);
-    }
+    let first_row = header(&mut b, &title, &summary, &legend) + 24.0;
 
     if segments.is_empty() {
         text(
             &mut b,
             WIDTH / 2.0,
-            FIRST_ROW + 20.0,
+            first_row + 20.0,
             14.0,
             MUTED,
             "middle",
@@ -462,9 +456,9 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
             "No segments reserved when the snapshot was taken.",
         );
         return Figure {
-            height: FIRST_ROW + 50.0,
+            height: first_row + 50.0,
             body: b,
-            title: format!("{title}: {summary}"),
+            title: format!("{title}: {}", summary.join(" · ")),
         };
     }
     let largest = segments
@@ -474,7 +468,7 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
         .unwrap_or(1)
         .max(1);
     for (n, s) in segments.iter().enumerate() {
-        let top = FIRST_ROW + ROW * n as f64;
+        let top = first_row + ROW * n as f64;
         text(
             &mut b,
             20.0,
@@ -489,7 +483,7 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
             &mut b,
             20.0,
             top + 30.0,
-            11.0,
+            12.0,
             MUTED,
             "start",
             false,
@@ -537,10 +531,10 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
                     esc(&tip)
                 );
                 let label = size(block.size);
-                if text_width(&label, 11.0) + 8.0 <= w {
+                if text_width(&label, 12.0) + 8.0 <= w {
                     if kind == Kind::FreeSplit {
                         // A light plate keeps the label readable over the hatching.
-                        let pw = text_width(&label, 11.0) + 6.0;
+                        let pw = text_width(&label, 12.0) + 6.0;
                         let _ = writeln!(
                             labels,
                             r#"<rect x="{}" y="{}" width="{}" height="15" rx="2" fill="{FREE}"/>"#,
@@ -553,7 +547,7 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
                         &mut labels,
                         x + w / 2.0,
                         top + 18.0,
-                        11.0,
+                        12.0,
                         kind.ink(),
                         "middle",
                         false,
@@ -581,8 +575,8 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
             let (n, bytes) = count(kind);
             if n > 0 {
                 parts.push(format!(
-                    "{} {} in {n} block{}",
-                    kind.name(),
+                    "{} {} ({n} block{})",
+                    kind.short_name(),
                     size(bytes),
                     plural(n)
                 ));
@@ -591,8 +585,8 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
         text(
             &mut b,
             BAR_LEFT,
-            top + 43.0,
-            11.0,
+            top + 44.0,
+            11.5,
             MUTED,
             "start",
             false,
@@ -600,10 +594,58 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
         );
     }
     Figure {
-        height: FIRST_ROW + ROW * segments.len() as f64 + 4.0,
+        height: first_row + ROW * segments.len() as f64 + 4.0,
         body: b,
-        title: format!("{title}: {summary}"),
+        title: format!("{title}: {}", summary.join(" · ")),
     }
+}
+
+/// A figure's title, its summary (the parts joined by " · ", wrapped to the width) and its legend
+/// (wrapped too); returns the y just below them.
+fn header(out: &mut String, title: &str, summary: &[String], legend: &[(&str, &str, &str)]) -> f64 {
+    const SUMMARY_FONT: f64 = 13.5;
+    const LEGEND_FONT: f64 = 13.0;
+    let room = WIDTH - 40.0;
+    text(out, 20.0, 30.0, 18.0, INK, "start", true, title);
+    let mut y = 54.0;
+    let mut line = String::new();
+    for part in summary {
+        let joined = if line.is_empty() {
+            part.clone()
+        } else {
+            format!("{line} · {part}")
+        };
+        if !line.is_empty() && text_width(&joined, SUMMARY_FONT) > room {
+            text(out, 20.0, y, SUMMARY_FONT, MUTED, "start", false, &line);
+            y += 19.0;
+            line = part.clone();
+        } else {
+            line = joined;
+        }
+    }
+    text(out, 20.0, y, SUMMARY_FONT, MUTED, "start", false, &line);
+    let mut row_top = y + 12.0;
+    let mut x = 20.0;
+    for (fill, stroke, label) in legend {
+        let w = 20.0 + text_width(label, LEGEND_FONT);
+        if x > 20.0 && x + w > WIDTH - 20.0 {
+            x = 20.0;
+            row_top += 22.0;
+        }
+        swatch(out, x, row_top, fill, stroke);
+        text(
+            out,
+            x + 20.0,
+            row_top + 12.0,
+            LEGEND_FONT,
+            INK,
+            "start",
+            false,
+            label,
+        );
+        x += w + 18.0;
+    }
+    row_top + 14.0
 }
 
 /// A legend's colour square.
@@ -641,7 +683,7 @@ fn text(
 
 /// About how wide `s` is in a sans-serif font of `font_size` pixels (to decide what fits).
 fn text_width(s: &str, font_size: f64) -> f64 {
-    s.chars().count() as f64 * font_size * 0.56
+    s.chars().count() as f64 * font_size * 0.53
 }
 
 /// A coordinate with at most one decimal, without a trailing `.0`.
@@ -917,7 +959,7 @@ mod tests {
             "4 split blocks + legend"
         );
         assert!(svg.contains("offset 12 MiB · 4 MiB · pending free · requested 4194304 B"));
-        assert!(svg.contains("free (cached) 2 MiB in 1 block"));
+        assert!(svg.contains("free 2 MiB (1 block)"));
         for seg in &s.segments {
             for addr in std::iter::once(seg.address).chain(seg.blocks.iter().map(|b| b.address)) {
                 assert!(!svg.contains(&addr.to_string()), "address {addr} printed");

@@ -1,0 +1,734 @@
+//! The book in a real browser. Builds it with `workbook book`, serves it on 127.0.0.1, and opens every page in headless Chromium through chromedriver
+//! (WebDriver): no JavaScript errors and no failed loads in the browser's log, every image loaded,
+//! every internal link and `#anchor` resolving, code blocks highlighted, the sidebar listing every
+//! page of SUMMARY.md, and the search finding the chapters that teach `empty_cache`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
+//! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
+//! fails, unless `WORKBOOK_SKIP_BROWSER=1`. With `WORKBOOK_SCREENSHOTS=<dir>` it also saves
+//! screenshots of the introduction and chapter 3 in the light and navy themes there; with
+//! `WORKBOOK_CHROMEDRIVER_LOG=<file>`, chromedriver's verbose log goes to that file.
+
+mod common;
+
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The word the search must find, and the chapter whose subject it is.
+const SEARCH_WORD: &str = "empty_cache";
+
+/// Chromium's flags: headless, and nothing that reaches the network or the desktop.
+const CHROMIUM_ARGS: [&str; 10] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+];
+
+#[test]
+fn every_page_of_the_book_works_in_headless_chromium() {
+    if std::env::var_os("WORKBOOK_SKIP_BROWSER").is_some_and(|v| v == "1") {
+        eprintln!("browser test skipped: WORKBOOK_SKIP_BROWSER=1");
+        return;
+    }
+    let started = Instant::now();
+    let tools = match Tools::find() {
+        Ok(tools) => tools,
+        Err(e) => panic!(
+            "{e}\nThe browser test needs headless Chromium and chromedriver: on Debian or Ubuntu, \
+             `apt-get install chromium chromium-driver` (or set WORKBOOK_CHROMIUM and \
+             WORKBOOK_CHROMEDRIVER to the programs). To skip it, set WORKBOOK_SKIP_BROWSER=1."
+        ),
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let dest = scratch.path().join("book");
+    let (output, stdout, stderr) = common::run(
+        common::workbook()
+            .arg("--root")
+            .arg(&root)
+            .arg("book")
+            .arg("--dest")
+            .arg(&dest),
+    );
+    assert!(
+        output.status.success(),
+        "workbook book failed:\n{stdout}\n{stderr}"
+    );
+    let summary = std::fs::read_to_string(root.join("book/src/SUMMARY.md")).expect("SUMMARY.md");
+    let chapter_sources = chapter_pages_mentioning(&root.join("book/src"), &summary, SEARCH_WORD);
+
+    let base = serve_book(&dest);
+    let driver =
+        Driver::start(&tools.chromedriver, scratch.path()).unwrap_or_else(|e| panic!("{e}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let check = BookCheck {
+        base,
+        dest: dest.clone(),
+        chromium: tools.chromium.clone(),
+        profile: scratch.path().join("profile"),
+        sidebar_pages: summary_pages(&summary),
+        search_must_find: chapter_sources,
+        screenshots: std::env::var_os("WORKBOOK_SCREENSHOTS").map(PathBuf::from),
+    };
+    let result = runtime.block_on(check.run(&driver.url));
+    drop(driver);
+    let report = result.unwrap_or_else(|e| panic!("the browser could not be driven: {e}"));
+    eprintln!(
+        "browser test: {} pages, {} internal links, {} images, {} code blocks, search for {:?} \
+         finding {} pages, checked in {:.1} s",
+        report.pages,
+        report.links,
+        report.images,
+        report.code_blocks,
+        SEARCH_WORD,
+        report.search_results,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        report.problems.is_empty(),
+        "{} problem(s) in the book as Chromium shows it:\n  {}",
+        report.problems.len(),
+        report.problems.join("\n  ")
+    );
+}
+
+/// Serves `root` on a free port of 127.0.0.1 until the test ends; returns `http://127.0.0.1:PORT/`.
+///
+/// Paths are resolved by the workbook's own `serve::resolve`. The connections are not
+/// `serve::Server`'s: that server (tiny_http 0.12) answers at most four new keep-alive connections
+/// of a burst until one of them closes, and Chromium opens six at its first page, so pages would
+/// stall at random. Here each connection gets a thread and one request.
+fn serve_book(root: &Path) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port on 127.0.0.1");
+    let url = format!(
+        "http://{}/",
+        listener.local_addr().expect("the server's address")
+    );
+    let root = root.to_path_buf();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let root = root.clone();
+            std::thread::spawn(move || answer(stream, &root));
+        }
+    });
+    url
+}
+
+/// Reads one request from `stream` and answers it with the file it names, or 404.html.
+fn answer(mut stream: std::net::TcpStream, root: &Path) {
+    use std::io::{BufRead, Write};
+    let mut reader = std::io::BufReader::new(&stream);
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    loop {
+        let mut header = String::new();
+        match reader.read_line(&mut header) {
+            Ok(0) | Err(_) => return,
+            Ok(_) if header.trim().is_empty() => break,
+            Ok(_) => {}
+        }
+    }
+    let target = request_line.split_whitespace().nth(1).unwrap_or("/");
+    let (status, path) = match workbook::serve::resolve(root, target) {
+        Some(path) => ("200 OK", path),
+        None => ("404 Not Found", root.join("404.html")),
+    };
+    let body = std::fs::read(&path).unwrap_or_default();
+    let kind = match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "js" => "text/javascript; charset=utf-8",
+        "json" => "application/json",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "woff2" => "font/woff2",
+        "woff" => "font/woff",
+        "ttf" => "font/ttf",
+        _ => "application/octet-stream",
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    if !request_line.starts_with("HEAD ") {
+        let _ = stream.write_all(&body);
+    }
+}
+
+/// The programs the test drives.
+struct Tools {
+    chromium: PathBuf,
+    chromedriver: PathBuf,
+}
+
+impl Tools {
+    /// `WORKBOOK_CHROMIUM` / `WORKBOOK_CHROMEDRIVER`, else Debian's paths, else the `PATH`.
+    fn find() -> Result<Tools, String> {
+        let find = |var: &str, names: &[&str]| -> Result<PathBuf, String> {
+            if let Some(path) = std::env::var_os(var) {
+                let path = PathBuf::from(path);
+                return if path.is_file() {
+                    Ok(path)
+                } else {
+                    Err(format!("{var}={} is not a file", path.display()))
+                };
+            }
+            let path_dirs: Vec<PathBuf> = std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect())
+                .unwrap_or_default();
+            for name in names {
+                for dir in std::iter::once(PathBuf::from("/usr/bin")).chain(path_dirs.clone()) {
+                    let candidate = dir.join(name);
+                    if candidate.is_file() {
+                        return Ok(candidate);
+                    }
+                }
+            }
+            Err(format!(
+                "none of {} was found in /usr/bin or on the PATH (and {var} is not set)",
+                names.join(", ")
+            ))
+        };
+        Ok(Tools {
+            chromium: find(
+                "WORKBOOK_CHROMIUM",
+                &["chromium", "chromium-browser", "google-chrome"],
+            )?,
+            chromedriver: find("WORKBOOK_CHROMEDRIVER", &["chromedriver"])?,
+        })
+    }
+}
+
+/// chromedriver on a free port of 127.0.0.1, stopped when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    fn start(program: &Path, scratch: &Path) -> Result<Driver, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?
+            .port();
+        // WORKBOOK_CHROMEDRIVER_LOG=<file> keeps chromedriver's verbose log, to see why a page hung.
+        let (log, verbose) = match std::env::var_os("WORKBOOK_CHROMEDRIVER_LOG") {
+            Some(file) => (PathBuf::from(file), Some("--verbose")),
+            None => (scratch.join("chromedriver.log"), None),
+        };
+        let child = Command::new(program)
+            .arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", log.display()))
+            .args(verbose)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", program.display()))?;
+        let driver = Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} did not listen on port {port} within 30 s",
+                    program.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(driver)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the test looks at, and where.
+struct BookCheck {
+    base: String,
+    dest: PathBuf,
+    chromium: PathBuf,
+    profile: PathBuf,
+    /// Every page SUMMARY.md lists, as `.html`.
+    sidebar_pages: Vec<String>,
+    /// Chapter pages whose source mentions [`SEARCH_WORD`].
+    search_must_find: Vec<String>,
+    screenshots: Option<PathBuf>,
+}
+
+/// What was checked, and what was wrong.
+#[derive(Default)]
+struct Report {
+    pages: usize,
+    links: usize,
+    images: usize,
+    code_blocks: usize,
+    search_results: usize,
+    problems: Vec<String>,
+}
+
+/// What one page holds, as the browser sees it once loaded.
+struct Page {
+    ids: BTreeSet<String>,
+    links: Vec<Link>,
+}
+
+/// A link, resolved by the browser.
+struct Link {
+    from: String,
+    text: String,
+    origin: String,
+    /// The page or file, relative to the book's root (`index.html` for `/`).
+    path: String,
+    /// The decoded fragment (empty when none).
+    anchor: String,
+}
+
+/// Collects what a loaded page holds. Runs in the page.
+const INSPECT: &str = r#"
+const url = (href) => { try { return new URL(href, document.baseURI); } catch (e) { return null; } };
+const decode = (s) => { try { return decodeURIComponent(s); } catch (e) { return s; } };
+const links = Array.from(document.querySelectorAll('a[href]'))
+  .filter(a => !a.getAttribute('href').startsWith('javascript:'))
+  .map(a => {
+    const u = url(a.getAttribute('href'));
+    return u === null
+      ? { bad: a.getAttribute('href') }
+      : { text: (a.textContent || '').trim().slice(0, 60), origin: u.origin,
+          protocol: u.protocol, path: decode(u.pathname), anchor: decode(u.hash.slice(1)) };
+  });
+const images = Array.from(document.images).map(i => ({
+  src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0 }));
+const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
+  .concat(Array.from(document.querySelectorAll('a[name]')).map(a => a.name));
+const code = Array.from(document.querySelectorAll('pre > code')).map(c => ({
+  classes: c.className, text: c.textContent.slice(0, 60),
+  spans: c.querySelectorAll('span[class^="hljs-"]').length }));
+const sidebar = Array.from(document.querySelectorAll('#mdbook-sidebar a[href]'))
+  .map(a => url(a.getAttribute('href'))).filter(u => u !== null).map(u => decode(u.pathname));
+return { origin: window.location.origin, links, images, ids, code, sidebar,
+         title: document.title };
+"#;
+
+/// True once the page and its images have finished loading.
+const LOADED: &str = r#"
+return document.readyState === 'complete'
+  && Array.from(document.images).every(i => i.complete);
+"#;
+
+impl BookCheck {
+    async fn run(&self, driver: &str) -> Result<Report, String> {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": self.chromium,
+                "args": CHROMIUM_ARGS.iter().map(|a| a.to_string())
+                    .chain([format!("--user-data-dir={}", self.profile.display())])
+                    .collect::<Vec<_>>(),
+            }),
+        );
+        caps.insert("goog:loggingPrefs".into(), json!({ "browser": "ALL" }));
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(driver)
+            .await
+            .map_err(|e| format!("starting a Chromium session through chromedriver: {e}"))?;
+        let timeouts = fantoccini::wd::TimeoutConfiguration::new(
+            Some(Duration::from_secs(30)),
+            Some(Duration::from_secs(30)),
+            Some(Duration::ZERO),
+        );
+        let result = match client.update_timeouts(timeouts).await {
+            Ok(()) => self.check(&client).await,
+            Err(e) => Err(format!("setting the session's timeouts: {e}")),
+        };
+        let _ = client.close().await;
+        result
+    }
+
+    async fn check(&self, client: &Client) -> Result<Report, String> {
+        let mut report = Report::default();
+        let mut pages = BTreeMap::new();
+        let mut origin = String::new();
+        let files = html_files(&self.dest);
+        if files.is_empty() {
+            return Err(format!("{} holds no HTML page", self.dest.display()));
+        }
+        let _ = browser_log(client).await?; // Start from an empty log.
+        for file in &files {
+            let info = self.open(client, file).await?;
+            report.pages += 1;
+            for entry in browser_log(client).await? {
+                report
+                    .problems
+                    .push(format!("{file}: browser log: {entry}"));
+            }
+            origin = info["origin"].as_str().unwrap_or_default().to_string();
+            for image in info["images"].as_array().into_iter().flatten() {
+                report.images += 1;
+                if image["ok"] != json!(true) {
+                    report
+                        .problems
+                        .push(format!("{file}: the image {} did not load", image["src"]));
+                }
+            }
+            for code in info["code"].as_array().into_iter().flatten() {
+                report.code_blocks += 1;
+                let classes = code["classes"].as_str().unwrap_or_default();
+                let highlighted = classes.split(' ').any(|c| c == "hljs");
+                let rust_without_colour =
+                    classes.contains("language-rust") && code["spans"] == json!(0);
+                if !highlighted || rust_without_colour {
+                    report.problems.push(format!(
+                        "{file}: a code block is not highlighted (class {classes:?}): {}",
+                        code["text"]
+                    ));
+                }
+            }
+            if file == "index.html" {
+                let listed: BTreeSet<String> = info["sidebar"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.as_str())
+                    .map(page_path)
+                    .collect();
+                for page in &self.sidebar_pages {
+                    if !listed.contains(page) {
+                        report
+                            .problems
+                            .push(format!("the sidebar does not list {page}"));
+                    }
+                }
+            }
+            let mut links = Vec::new();
+            for link in info["links"].as_array().into_iter().flatten() {
+                if let Some(bad) = link.get("bad") {
+                    report
+                        .problems
+                        .push(format!("{file}: a link the browser cannot parse: {bad}"));
+                    continue;
+                }
+                let text = |k: &str| link[k].as_str().unwrap_or_default().to_string();
+                if !matches!(text("protocol").as_str(), "http:" | "https:") {
+                    continue; // mailto: and the like
+                }
+                links.push(Link {
+                    from: file.clone(),
+                    text: text("text"),
+                    origin: text("origin"),
+                    path: page_path(&text("path")),
+                    anchor: text("anchor"),
+                });
+            }
+            let ids = info["ids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.as_str().map(String::from))
+                .collect();
+            pages.insert(file.clone(), Page { ids, links });
+        }
+
+        for page in pages.values() {
+            for link in &page.links {
+                if link.origin != origin {
+                    continue; // Outside the book: not followed (the test has no network).
+                }
+                report.links += 1;
+                let what = format!("{}: the link {:?}", link.from, link.text);
+                match pages.get(&link.path) {
+                    Some(target) => {
+                        if !link.anchor.is_empty() && !target.ids.contains(&link.anchor) {
+                            report.problems.push(format!(
+                                "{what} goes to {}#{}, which has no such anchor",
+                                link.path, link.anchor
+                            ));
+                        }
+                    }
+                    None if self.dest.join(&link.path).is_file() => {}
+                    None => report.problems.push(format!(
+                        "{what} goes to {}, which does not exist",
+                        link.path
+                    )),
+                }
+            }
+        }
+
+        let (found, problems) = self.search(client).await?;
+        report.search_results = found;
+        report.problems.extend(problems);
+        for entry in browser_log(client).await? {
+            report
+                .problems
+                .push(format!("search: browser log: {entry}"));
+        }
+        if let Some(dir) = &self.screenshots {
+            self.screenshots(client, dir).await?;
+        }
+        Ok(report)
+    }
+
+    /// Opens a page and waits until it and its images have loaded; returns what it holds.
+    async fn open(&self, client: &Client, file: &str) -> Result<Value, String> {
+        let url = format!("{}{file}", self.base);
+        client
+            .goto(&url)
+            .await
+            .map_err(|e| format!("opening {url}: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let loaded = client
+                .execute(LOADED, vec![])
+                .await
+                .map_err(|e| format!("{file}: {e}"))?;
+            if loaded == json!(true) {
+                break;
+            }
+            if Instant::now() > deadline {
+                break; // The images that did not load are reported below.
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        client
+            .execute(INSPECT, vec![])
+            .await
+            .map_err(|e| format!("inspecting {file}: {e}"))
+    }
+
+    /// Searches for [`SEARCH_WORD`] with the book's search box and checks the chapters found.
+    async fn search(&self, client: &Client) -> Result<(usize, Vec<String>), String> {
+        let url = format!("{}index.html?search={SEARCH_WORD}", self.base);
+        client
+            .goto(&url)
+            .await
+            .map_err(|e| format!("opening {url}: {e}"))?;
+        let found_script = r#"
+            const outer = document.getElementById('mdbook-searchresults-outer');
+            const links = Array.from(document.querySelectorAll('#mdbook-searchresults a[href]'));
+            if (outer === null || outer.classList.contains('hidden') || links.length === 0) {
+                return null;
+            }
+            return links.map(a => decodeURIComponent(new URL(a.getAttribute('href'),
+                                                             document.baseURI).pathname));
+        "#;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let found = loop {
+            let found = client
+                .execute(found_script, vec![])
+                .await
+                .map_err(|e| format!("reading the search results: {e}"))?;
+            if let Some(list) = found.as_array() {
+                break list
+                    .iter()
+                    .filter_map(|p| p.as_str())
+                    .map(page_path)
+                    .collect::<BTreeSet<_>>();
+            }
+            if Instant::now() > deadline {
+                return Ok((
+                    0,
+                    vec![format!(
+                        "searching for {SEARCH_WORD:?} showed no results within 20 s"
+                    )],
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let mut problems = Vec::new();
+        for page in &self.search_must_find {
+            if !found.contains(page) {
+                problems.push(format!(
+                    "searching for {SEARCH_WORD:?} does not find {page} (found: {found:?})"
+                ));
+            }
+        }
+        Ok((found.len(), problems))
+    }
+
+    /// Saves the introduction and chapter 3 in the light and navy themes.
+    async fn screenshots(&self, client: &Client, dir: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        for theme in ["light", "navy"] {
+            for page in ["introduction.html", "ch03-drop-and-empty-cache.html"] {
+                self.open(client, page).await?;
+                client
+                    .execute(
+                        "localStorage.setItem('mdbook-theme', arguments[0]);",
+                        vec![json!(theme)],
+                    )
+                    .await
+                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                self.open(client, page).await?;
+                for (part, scroll) in [("top", 0), ("pictures", 1)] {
+                    if scroll == 1 {
+                        let moved = client
+                            .execute(
+                                "const i = document.querySelector('main img'); \
+                                 if (i === null) return false; \
+                                 i.scrollIntoView(); return true;",
+                                vec![],
+                            )
+                            .await
+                            .map_err(|e| format!("scrolling {page}: {e}"))?;
+                        if moved != json!(true) {
+                            continue;
+                        }
+                    }
+                    let png = client
+                        .screenshot()
+                        .await
+                        .map_err(|e| format!("screenshot of {page}: {e}"))?;
+                    let name = format!("{}-{theme}-{part}.png", page.trim_end_matches(".html"));
+                    std::fs::write(dir.join(&name), png)
+                        .map_err(|e| format!("writing {name}: {e}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// chromedriver's browser log since the last call: the entries at level SEVERE (uncaught errors,
+/// `console.error`, resources that failed to load).
+async fn browser_log(client: &Client) -> Result<Vec<String>, String> {
+    let log = client
+        .issue_cmd(BrowserLog)
+        .await
+        .map_err(|e| format!("reading the browser's log: {e}"))?;
+    Ok(log
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["level"] == json!("SEVERE"))
+        // toc.html (the sidebar for readers without JavaScript, shown in a frame) declares no
+        // icon, so a browser opening it alone asks for /favicon.ico: not a fault of the book.
+        .filter(|e| {
+            !e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("/favicon.ico ")
+        })
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect())
+}
+
+/// chromedriver's `POST /session/{id}/se/log` for the browser's log.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/se/log",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        (
+            http::Method::POST,
+            Some(json!({ "type": "browser" }).to_string()),
+        )
+    }
+}
+
+/// Every `.html` file of the built book, relative to its root, sorted.
+fn html_files(dest: &Path) -> Vec<String> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else if path.extension().is_some_and(|e| e == "html")
+                && let Ok(rel) = path.strip_prefix(root)
+            {
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dest, dest, &mut out);
+    out.sort();
+    out
+}
+
+/// A URL's path as a file of the book: no leading `/`, `index.html` for a directory.
+fn page_path(path: &str) -> String {
+    let path = path.trim_start_matches('/');
+    if path.is_empty() || path.ends_with('/') {
+        format!("{path}index.html")
+    } else {
+        path.to_string()
+    }
+}
+
+/// The `.html` of every page SUMMARY.md links to, in its order.
+fn summary_pages(summary: &str) -> Vec<String> {
+    let mut pages = Vec::new();
+    let mut rest = summary;
+    while let Some(start) = rest.find("](") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = &after[..end];
+        if let Some(stem) = target.strip_suffix(".md") {
+            pages.push(format!("{stem}.html"));
+        }
+        rest = &after[end..];
+    }
+    pages
+}
+
+/// The chapter pages (`chNN-*.md`, not solutions) listed in SUMMARY.md whose text mentions
+/// `word`, as `.html`.
+fn chapter_pages_mentioning(src: &Path, summary: &str, word: &str) -> Vec<String> {
+    summary_pages(summary)
+        .into_iter()
+        .filter(|page| page.starts_with("ch") && !page.ends_with("-solution.html"))
+        .filter(|page| {
+            let md = src.join(page.replace(".html", ".md"));
+            std::fs::read_to_string(md).is_ok_and(|text| text.contains(word))
+        })
+        .collect()
+}
+
+#[test]
+fn summary_pages_are_read_in_order() {
+    let summary = "# Summary\n\n[Intro](introduction.md)\n\n- [1. A](ch01-a.md)\n  - [Solution](ch01-a-solution.md)\n- [Draft]()\n";
+    assert_eq!(
+        summary_pages(summary),
+        ["introduction.html", "ch01-a.html", "ch01-a-solution.html"]
+    );
+    assert_eq!(page_path("/"), "index.html");
+    assert_eq!(page_path("/ch01-a.html"), "ch01-a.html");
+}
