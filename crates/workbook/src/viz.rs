@@ -133,13 +133,14 @@ fn totals(snapshot: &Snapshot) -> Vec<(u64, u64)> {
         return Vec::new();
     };
     // The trace holds the totals after each event; the state before the first one is that event
-    // undone.
+    // undone where the trace says exactly how: a segment event carries the segment's size, but an
+    // alloc or free carries the size asked for, not the block's, so its totals are kept.
     let before = match first.action {
-        TraceAction::Alloc => (first.allocated.saturating_sub(first.size), first.reserved),
-        TraceAction::Free => (first.allocated + first.size, first.reserved),
         TraceAction::SegmentAlloc => (first.allocated, first.reserved.saturating_sub(first.size)),
         TraceAction::SegmentFree => (first.allocated, first.reserved + first.size),
-        TraceAction::Oom => (first.allocated, first.reserved),
+        TraceAction::Alloc | TraceAction::Free | TraceAction::Oom => {
+            (first.allocated, first.reserved)
+        }
     };
     std::iter::once(before)
         .chain(snapshot.trace.iter().map(|e| (e.allocated, e.reserved)))
@@ -282,7 +283,7 @@ fn timeline(snapshot: &Snapshot) -> Figure {
                 let x = num(px(i as f64));
                 let _ = writeln!(
                     b,
-                    r#"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="{OOM}" stroke-width="2" stroke-dasharray="4 3"><title>event {i}: out of memory asking for {}</title></line>"#,
+                    r#"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="{OOM}" stroke-width="2" stroke-dasharray="4 3"><title>event {i}: out of memory, a segment of {} could not be reserved</title></line>"#,
                     num(top_y),
                     num(bottom_y),
                     size(e.size)
@@ -914,14 +915,16 @@ mod tests {
     }
 
     #[test]
-    fn the_state_before_the_first_event_is_that_event_undone() {
+    fn the_state_before_a_first_segment_event_is_that_event_undone() {
         let mut s = fragmented();
         assert_eq!(totals(&s)[0], (0, 0));
         assert_eq!(totals(&s).len(), s.trace.len() + 1);
+        // An alloc's size is the size asked for, not the block's: its totals are kept.
         s.trace.remove(0);
-        assert_eq!(totals(&s)[0], (0, 20 * MIB));
-        s.trace.drain(..4);
-        assert_eq!(totals(&s)[0], (16 * MIB, 20 * MIB));
+        assert_eq!(totals(&s)[0], (4 * MIB, 20 * MIB));
+        s.trace.drain(..7);
+        assert_eq!(s.trace[0].action, TraceAction::SegmentAlloc);
+        assert_eq!(totals(&s)[0], (8 * MIB, 20 * MIB));
     }
 
     #[test]
@@ -930,7 +933,7 @@ mod tests {
         assert!(svg.contains("Active memory timeline · cpu"));
         assert!(svg.contains("11 allocator events · peak allocated 16 MiB · peak reserved 42 MiB"));
         assert!(svg.contains("1 out of memory"));
-        assert!(svg.contains("out of memory asking for 20 MiB"));
+        assert!(svg.contains("out of memory, a segment of 20 MiB could not be reserved"));
         assert!(svg.contains("reserved: segments held from the device (memory_reserved)"));
         // The axis of 42 MiB goes to 48 MiB in steps of 8 MiB.
         for tick in [
