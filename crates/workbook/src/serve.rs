@@ -2,18 +2,25 @@
 //! `workbook start`), and opening it in a browser.
 
 use anyhow::{Context, Result, anyhow};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tiny_http::{Header, Method, Request, Response, StatusCode};
+use std::time::Duration;
 
 /// The port tried first, as `mdbook serve` does.
 pub const DEFAULT_PORT: u16 = 3000;
 
+/// A request line and headers larger than this are refused.
+const MAX_HEAD_BYTES: u64 = 64 * 1024;
+
 /// A server bound to a port of 127.0.0.1, serving the files under a directory.
+///
+/// Each connection gets a thread of its own and one answer (`Connection: close`): a browser opens
+/// several connections at once and every one of them is answered.
 pub struct Server {
-    http: Arc<tiny_http::Server>,
+    listener: TcpListener,
     stopped: Arc<AtomicBool>,
     addr: SocketAddr,
     root: PathBuf,
@@ -22,15 +29,16 @@ pub struct Server {
 /// Stops a [`Server`] from another thread.
 #[derive(Clone)]
 pub struct Stopper {
-    http: Arc<tiny_http::Server>,
     stopped: Arc<AtomicBool>,
+    addr: SocketAddr,
 }
 
 impl Stopper {
-    /// Makes [`Server::serve`] return after the request in hand.
+    /// Makes [`Server::serve`] return.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
-        self.http.unblock();
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
     }
 }
 
@@ -68,14 +76,11 @@ impl Server {
                 root.display()
             ));
         }
-        let http = tiny_http::Server::http((Ipv4Addr::LOCALHOST, port))
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
             .map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
-        let addr = http
-            .server_addr()
-            .to_ip()
-            .context("the server has no IP address")?;
+        let addr = listener.local_addr().context("the server has no address")?;
         Ok(Server {
-            http: Arc::new(http),
+            listener,
             stopped: Arc::new(AtomicBool::new(false)),
             addr,
             root,
@@ -109,19 +114,21 @@ impl Server {
     /// A handle that stops the server.
     pub fn stopper(&self) -> Stopper {
         Stopper {
-            http: self.http.clone(),
             stopped: self.stopped.clone(),
+            addr: self.addr,
         }
     }
 
     /// Answers requests until stopped.
     pub fn serve(&self) {
-        while !self.stopped.load(Ordering::SeqCst) {
-            match self.http.recv() {
-                Ok(request) => respond(&self.root, request),
-                // A connection that failed, or the stopper's wake-up: look at the flag again.
-                Err(_) => continue,
+        for stream in self.listener.incoming() {
+            if self.stopped.load(Ordering::SeqCst) {
+                return;
             }
+            // A connection that failed before it was accepted: wait for the next one.
+            let Ok(stream) = stream else { continue };
+            let root = self.root.clone();
+            std::thread::spawn(move || answer(stream, &root));
         }
     }
 
@@ -138,34 +145,66 @@ impl Server {
     }
 }
 
-fn respond(root: &Path, request: Request) {
-    if !matches!(request.method(), Method::Get | Method::Head) {
-        let _ = request.respond(Response::from_string("only GET and HEAD").with_status_code(405));
+/// Reads one request from `stream` and answers it with the file it names, or the book's 404 page.
+fn answer(stream: TcpStream, root: &Path) {
+    // A client that connects and says nothing must not hold a thread for ever.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut reader = BufReader::new((&stream).take(MAX_HEAD_BYTES));
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
         return;
     }
-    let found = resolve(root, request.url()).and_then(|path| {
-        std::fs::File::open(&path)
-            .ok()
-            .map(|file| (file, content_type(&path)))
-    });
-    let response = match found {
-        Some((file, kind)) => Response::from_file(file).with_header(header(kind)),
-        None => match std::fs::File::open(root.join("404.html")) {
-            Ok(file) => Response::from_file(file)
-                .with_header(header("text/html; charset=utf-8"))
-                .with_status_code(StatusCode(404)),
-            Err(_) => {
-                let _ = request.respond(Response::from_string("not found").with_status_code(404));
-                return;
-            }
-        },
+    loop {
+        let mut header = String::new();
+        match reader.read_line(&mut header) {
+            Ok(0) | Err(_) => return,
+            Ok(_) if header.trim().is_empty() => break,
+            Ok(_) => {}
+        }
+    }
+    let mut words = request_line.split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or("/"));
+    let mut out = &stream;
+    if method != "GET" && method != "HEAD" {
+        let _ = reply(
+            &mut out,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"only GET and HEAD",
+            true,
+        );
+        return;
+    }
+    let (status, path) = match resolve(root, target) {
+        Some(path) => ("200 OK", path),
+        None => ("404 Not Found", root.join("404.html")),
     };
-    let _ = request.respond(response);
+    let body = std::fs::read(&path).unwrap_or_else(|_| b"not found".to_vec());
+    let _ = reply(
+        &mut out,
+        status,
+        content_type(&path),
+        &body,
+        method == "GET",
+    );
 }
 
-fn header(content_type: &str) -> Header {
-    Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes())
-        .expect("a content type is a valid header")
+fn reply(
+    out: &mut impl Write,
+    status: &str,
+    kind: &str,
+    body: &[u8],
+    with_body: bool,
+) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    if with_body {
+        out.write_all(body)?;
+    }
+    out.flush()
 }
 
 /// The file a request's path names under `root`: percent-decoded, `index.html` for a directory,
@@ -267,6 +306,61 @@ pub fn open_in_browser(target: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_connection_of_a_burst_is_answered() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), "home").unwrap();
+        let server = Server::bind(dir.path(), 0).unwrap();
+        let addr = server.addr();
+        let _running = server.spawn();
+        // A browser opens several keep-alive connections at once; all must get an answer.
+        let mut streams: Vec<std::net::TcpStream> = (0..8)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        for s in &mut streams {
+            s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+                .unwrap();
+        }
+        for s in &mut streams {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+            assert!(answer.ends_with("home"), "{answer}");
+        }
+    }
+
+    #[test]
+    fn only_get_and_head_are_answered_and_missing_files_get_404() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), "home").unwrap();
+        std::fs::write(dir.path().join("404.html"), "lost").unwrap();
+        let server = Server::bind(dir.path(), 0).unwrap();
+        let addr = server.addr();
+        let _running = server.spawn();
+        let ask = |request: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(request.as_bytes()).unwrap();
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).unwrap();
+            answer
+        };
+        assert!(ask("POST / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+        let missing = ask("GET /nope.html HTTP/1.1\r\n\r\n");
+        assert!(
+            missing.starts_with("HTTP/1.1 404") && missing.ends_with("lost"),
+            "{missing}"
+        );
+        let head = ask("HEAD / HTTP/1.1\r\n\r\n");
+        assert!(
+            head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"),
+            "{head}"
+        );
+    }
 
     #[test]
     fn resolve_stays_inside_the_root() {

@@ -69,7 +69,8 @@ fn every_page_of_the_book_works_in_headless_chromium() {
     let summary = std::fs::read_to_string(root.join("book/src/SUMMARY.md")).expect("SUMMARY.md");
     let chapter_sources = chapter_pages_mentioning(&root.join("book/src"), &summary, SEARCH_WORD);
 
-    let base = serve_book(&dest);
+    let server = serve_book(&dest);
+    let base = server.url().to_string();
     let driver =
         Driver::start(&tools.chromedriver, scratch.path()).unwrap_or_else(|e| panic!("{e}"));
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -107,70 +108,12 @@ fn every_page_of_the_book_works_in_headless_chromium() {
     );
 }
 
-/// Serves `root` on a free port of 127.0.0.1 until the test ends; returns `http://127.0.0.1:PORT/`.
-///
-/// Paths are resolved by the workbook's own `serve::resolve`. The connections are not
-/// `serve::Server`'s: that server (tiny_http 0.12) answers at most four new keep-alive connections
-/// of a burst until one of them closes, and Chromium opens six at its first page, so pages would
-/// stall at random. Here each connection gets a thread and one request.
-fn serve_book(root: &Path) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port on 127.0.0.1");
-    let url = format!(
-        "http://{}/",
-        listener.local_addr().expect("the server's address")
-    );
-    let root = root.to_path_buf();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let root = root.clone();
-            std::thread::spawn(move || answer(stream, &root));
-        }
-    });
-    url
-}
-
-/// Reads one request from `stream` and answers it with the file it names, or 404.html.
-fn answer(mut stream: std::net::TcpStream, root: &Path) {
-    use std::io::{BufRead, Write};
-    let mut reader = std::io::BufReader::new(&stream);
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
-        return;
-    }
-    loop {
-        let mut header = String::new();
-        match reader.read_line(&mut header) {
-            Ok(0) | Err(_) => return,
-            Ok(_) if header.trim().is_empty() => break,
-            Ok(_) => {}
-        }
-    }
-    let target = request_line.split_whitespace().nth(1).unwrap_or("/");
-    let (status, path) = match workbook::serve::resolve(root, target) {
-        Some(path) => ("200 OK", path),
-        None => ("404 Not Found", root.join("404.html")),
-    };
-    let body = std::fs::read(&path).unwrap_or_default();
-    let kind = match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
-        "html" => "text/html; charset=utf-8",
-        "css" => "text/css; charset=utf-8",
-        "js" => "text/javascript; charset=utf-8",
-        "json" => "application/json",
-        "svg" => "image/svg+xml",
-        "png" => "image/png",
-        "woff2" => "font/woff2",
-        "woff" => "font/woff",
-        "ttf" => "font/ttf",
-        _ => "application/octet-stream",
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes());
-    if !request_line.starts_with("HEAD ") {
-        let _ = stream.write_all(&body);
-    }
+/// Serves `root` with the workbook's own server (`workbook book --serve`) on a free port of
+/// 127.0.0.1 until the returned handle is dropped.
+fn serve_book(root: &Path) -> workbook::serve::Running {
+    workbook::serve::Server::bind(root, 0)
+        .expect("the book server binds a free port")
+        .spawn()
 }
 
 /// The programs the test drives.
