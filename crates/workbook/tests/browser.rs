@@ -5,7 +5,9 @@
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
-//! fails, unless `WORKBOOK_SKIP_BROWSER=1`. With `WORKBOOK_SCREENSHOTS=<dir>` it also saves
+//! fails under CI (`CI=true`, where `.ci/run` installs them) and is skipped with a notice elsewhere,
+//! so that a learner's plain `cargo test` works on a fresh machine; `WORKBOOK_SKIP_BROWSER=1` skips
+//! it always. With `WORKBOOK_SCREENSHOTS=<dir>` it also saves
 //! screenshots of the introduction and chapter 3 in the light and navy themes there; with
 //! `WORKBOOK_CHROMEDRIVER_LOG=<file>`, chromedriver's verbose log goes to that file.
 
@@ -45,6 +47,13 @@ fn every_page_of_the_book_works_in_headless_chromium() {
     let started = Instant::now();
     let tools = match Tools::find() {
         Ok(tools) => tools,
+        Err(e) if std::env::var_os("CI").is_none_or(|v| v.is_empty() || v == "false") => {
+            eprintln!(
+                "browser test skipped: {e}\n(it runs under CI=true; install chromium and \
+                 chromium-driver to run it here)"
+            );
+            return;
+        }
         Err(e) => panic!(
             "{e}\nThe browser test needs headless Chromium and chromedriver: on Debian or Ubuntu, \
              `apt-get install chromium chromium-driver` (or set WORKBOOK_CHROMIUM and \
