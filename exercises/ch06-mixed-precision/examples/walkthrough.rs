@@ -70,8 +70,14 @@ fn kib(bytes: u64) -> String {
     format!("{:.1} KiB", bytes as f64 / 1024.0)
 }
 
-/// The memory of a training setup with activations in `T`: prints one line per batch size.
-fn memory_table<T: Float>(dev: &Device, sizes: &[usize], rows: usize) -> anyhow::Result<()> {
+/// The memory of a training setup with activations in `T`: prints one line per batch size. With
+/// `snapshot`, writes the allocator's snapshot there just after forward (for the pictures).
+fn memory_table<T: Float>(
+    dev: &Device,
+    sizes: &[usize],
+    rows: usize,
+    snapshot: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     let mut rng = XorShift::new(6);
     let base = dev.memory_allocated();
     let model = Mlp::new(dev, sizes, &mut rng)?;
@@ -86,6 +92,7 @@ fn memory_table<T: Float>(dev: &Device, sizes: &[usize], rows: usize) -> anyhow:
     dev.reset_peak_memory_stats();
     let (y, saved) = model.forward(&batch.x, rows)?;
     let kept = dev.memory_allocated() - start;
+    write_snapshot(dev, snapshot)?;
     let cast: u64 = saved
         .layers
         .iter()
@@ -107,6 +114,23 @@ fn memory_table<T: Float>(dev: &Device, sizes: &[usize], rows: usize) -> anyhow:
         kib(kept - cast),
         kib(peak),
     );
+    Ok(())
+}
+
+/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
+/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
+fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
+    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
+    dev.record_memory_history(true);
+    Some(file.into())
+}
+
+/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
+fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    if let Some(file) = file {
+        std::fs::write(file, dev.snapshot().to_json())
+            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
+    }
     Ok(())
 }
 
@@ -181,6 +205,8 @@ fn main() -> anyhow::Result<()> {
     println!(
         "\n== Memory: f32 master weights, gradients, momentum; activations in f32/f16/bf16 =="
     );
+    // The chapter's pictures are of this section alone: the allocator's history starts here.
+    let snapshot_file = record_for_pictures(&dev);
     let sizes = [256, 256, 256, 32];
     println!("  model {sizes:?}");
     println!(
@@ -188,9 +214,11 @@ fn main() -> anyhow::Result<()> {
         "weights", "gradients", "momentum", "batch", "cast copy", "activations", "step peak"
     );
     for rows in [32, 1024] {
-        memory_table::<f32>(&dev, &sizes, rows)?;
-        memory_table::<f16>(&dev, &sizes, rows)?;
-        memory_table::<bf16>(&dev, &sizes, rows)?;
+        // The chapter's pictures end in the bf16 step of 1024 rows, just after forward.
+        let pictures = snapshot_file.as_deref().filter(|_| rows == 1024);
+        memory_table::<f32>(&dev, &sizes, rows, None)?;
+        memory_table::<f16>(&dev, &sizes, rows, None)?;
+        memory_table::<bf16>(&dev, &sizes, rows, pictures)?;
     }
     println!("  (step peak: everything above, and forward and backward, from an empty device)");
     Ok(())
