@@ -643,14 +643,15 @@ impl State {
             return None;
         }
         self.pool_mut(pool).remove(&key);
-        self.block_mut(key.id).gc_count = 0;
+        if self.config.garbage_collection_threshold > 0.0 {
+            self.block_mut(key.id).gc_count = 0;
+        }
         Some(key.id)
     }
 
-    fn should_split(&self, id: BlockId, size: usize) -> bool {
-        let b = self.block(id);
-        let remaining = b.size - size;
-        match b.pool {
+    fn should_split_sizes(&self, pool: Pool, block_size: usize, size: usize) -> bool {
+        let remaining = block_size - size;
+        match pool {
             Pool::Small => remaining >= MIN_BLOCK_SIZE,
             Pool::Large => size < self.config.max_split_size && remaining > SMALL_SIZE,
         }
@@ -658,14 +659,13 @@ impl State {
 
     /// Marks a free block (taken out of its pool) live, splitting off the rest when torch would.
     fn alloc_found_block(&mut self, mut id: BlockId, requested: usize, size: usize) -> Allocation {
-        let pool = self.block(id).pool;
-        let already_split = self.block(id).is_split();
-        if self.should_split(id, size) {
+        // One read of the found block for everything the split decision needs.
+        let (pool, already_split, ptr, stream, prev, found_size) = {
+            let b = self.block(id);
+            (b.pool, b.is_split(), b.ptr, b.stream, b.prev, b.size)
+        };
+        if self.should_split_sizes(pool, found_size, size) {
             let remaining = id;
-            let (ptr, stream, prev) = {
-                let r = self.block(remaining);
-                (r.ptr, r.stream, r.prev)
-            };
             id = self.insert_block(Block {
                 ptr,
                 size,

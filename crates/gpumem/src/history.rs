@@ -58,6 +58,7 @@ impl History {
     }
 
     /// Adds an entry when recording.
+    #[inline]
     pub fn record(
         &mut self,
         action: TraceAction,
