@@ -174,3 +174,43 @@ impl Snapshot {
         serde_json::from_str(text)
     }
 }
+
+/// The variable with which `workbook pictures` asks a walkthrough for its allocator snapshot.
+pub const SNAPSHOT_VAR: &str = "GPUMEM_SNAPSHOT";
+
+/// A snapshot asked for with `GPUMEM_SNAPSHOT=<file>`: the book's pictures are drawn from it.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotRequest {
+    file: Option<std::path::PathBuf>,
+}
+
+impl SnapshotRequest {
+    /// Reads `GPUMEM_SNAPSHOT`; when it names a file, starts recording `dev`'s history from here.
+    pub fn from_env(dev: &crate::Device) -> SnapshotRequest {
+        let file = std::env::var_os(SNAPSHOT_VAR)
+            .filter(|f| !f.is_empty())
+            .map(Into::into);
+        if file.is_some() {
+            dev.record_memory_history(true);
+        }
+        SnapshotRequest { file }
+    }
+
+    /// Whether a snapshot was asked for.
+    pub fn is_requested(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Writes `dev`'s snapshot (segments now, and the history) to the file asked for, if any.
+    pub fn write(&self, dev: &crate::Device) -> std::io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        std::fs::write(file, dev.snapshot().to_json()).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("writing the snapshot to {}: {e}", file.display()),
+            )
+        })
+    }
+}

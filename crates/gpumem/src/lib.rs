@@ -32,7 +32,7 @@ pub use config::AllocatorConfig;
 pub use device::{Device, DeviceKind};
 pub use error::{Error, Result};
 pub use format::format_bytes;
-pub use history::{Snapshot, TraceAction, TraceEntry};
+pub use history::{Snapshot, SnapshotRequest, TraceAction, TraceEntry};
 pub use pinned::{HostMemoryStats, PinnedBuffer};
 pub use stats::{MemoryStats, Pool};
 pub use stream::{Event, Stream};

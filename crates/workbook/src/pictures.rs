@@ -13,8 +13,9 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// The variable a walkthrough reads for the file to write its snapshot to.
-pub const SNAPSHOT_VAR: &str = "GPUMEM_SNAPSHOT";
+/// The variable a walkthrough reads (through `gpumem::SnapshotRequest`) for the file to write its
+/// snapshot to.
+pub use gpumem::history::SNAPSHOT_VAR;
 
 /// Where the pictures go, from the repository's root.
 pub const PICTURES_DIR: &str = "book/src/pictures";
@@ -119,7 +120,9 @@ pub fn chapters_with_pictures(repo: &Repo) -> Result<Vec<String>> {
             .join("examples")
             .join("walkthrough.rs");
         match std::fs::read_to_string(&walkthrough) {
-            Ok(text) if text.contains(SNAPSHOT_VAR) => found.push(chapter),
+            Ok(text) if text.contains(SNAPSHOT_VAR) || text.contains("SnapshotRequest") => {
+                found.push(chapter)
+            }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {

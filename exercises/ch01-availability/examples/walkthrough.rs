@@ -23,23 +23,6 @@ fn allocator_line(dev: &Device) -> String {
     )
 }
 
-/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
-/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
-fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
-    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
-    dev.record_memory_history(true);
-    Some(file.into())
-}
-
-/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
-fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    if let Some(file) = file {
-        std::fs::write(file, dev.snapshot().to_json())
-            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     // ANCHOR: probe
     println!("Step 1. Ask the driver (this opens no device and creates no context)");
@@ -102,7 +85,7 @@ fn main() -> anyhow::Result<()> {
     println!("  allocator: {}", allocator_line(&dev));
     println!("  -> whatever opening cost, no allocator statistic counts it");
     // ANCHOR_END: open
-    let snapshot_file = record_for_pictures(&dev);
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
     // ANCHOR: properties
     println!("\nStep 3. What {dev} has (Device::properties)");
@@ -134,7 +117,7 @@ fn main() -> anyhow::Result<()> {
         free_before.saturating_sub(free_after)
     );
     // The chapter's pictures show this moment: one live buffer in the segment it caused.
-    write_snapshot(&dev, snapshot_file.as_deref())?;
+    snapshot.write(&dev)?;
     drop(buf);
     println!("  after drop(buf): {}", allocator_line(&dev));
     dev.empty_cache();

@@ -33,27 +33,10 @@ fn memory(dev: &Device) -> String {
     )
 }
 
-/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
-/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
-fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
-    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
-    dev.record_memory_history(true);
-    Some(file.into())
-}
-
-/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
-fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    if let Some(file) = file {
-        std::fs::write(file, dev.snapshot().to_json())
-            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let dev = Device::from_env().context("GPUMEM_DEVICE names a device that cannot be opened")?;
     println!("Device: {dev}");
-    let snapshot_file = record_for_pictures(&dev);
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
     // ANCHOR: host_to_device
     println!("\nStep 1. Build 1 Mi f32 (4 MiB) on the host, then copy them to the device");
@@ -151,6 +134,6 @@ fn main() -> anyhow::Result<()> {
     }
     // ANCHOR_END: to_other_device
     // The chapter's pictures end here, with `batch` and `cloned` alive.
-    write_snapshot(&dev, snapshot_file.as_deref())?;
+    snapshot.write(&dev)?;
     Ok(())
 }

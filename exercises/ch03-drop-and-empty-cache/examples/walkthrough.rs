@@ -28,28 +28,11 @@ fn show(dev: &Device, step: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
-/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
-fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
-    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
-    dev.record_memory_history(true);
-    Some(file.into())
-}
-
-/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
-fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    if let Some(file) = file {
-        std::fs::write(file, dev.snapshot().to_json())
-            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let dev = Device::from_env().context("opening the device named by GPUMEM_DEVICE")?;
     let name = dev.properties().map(|p| p.name).unwrap_or_default();
     println!("device {dev} ({name})\n");
-    let snapshot_file = record_for_pictures(&dev);
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
     println!("== The 0.0004 MiB model ==");
     show(&dev, "start")?;
@@ -99,7 +82,7 @@ fn main() -> anyhow::Result<()> {
     dev.empty_cache();
     show(&dev, "drop(batch); empty_cache()")?;
     // The chapter's pictures end here: the 4 B loss holds its whole 2 MiB segment.
-    write_snapshot(&dev, snapshot_file.as_deref())?;
+    snapshot.write(&dev)?;
     drop(loss);
     dev.empty_cache();
     show(&dev, "drop(loss); empty_cache()")?;

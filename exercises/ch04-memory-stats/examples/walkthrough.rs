@@ -43,28 +43,11 @@ fn exact(bytes: u64) -> String {
     }
 }
 
-/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
-/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
-fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
-    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
-    dev.record_memory_history(true);
-    Some(file.into())
-}
-
-/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
-fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    if let Some(file) = file {
-        std::fs::write(file, dev.snapshot().to_json())
-            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let dev = Device::from_env().context("opening the device named by GPUMEM_DEVICE")?;
     let name = dev.properties().map(|p| p.name).unwrap_or_default();
     println!("device {dev} ({name})");
-    let snapshot_file = record_for_pictures(&dev);
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
     println!("\n== A model's size: parameters versus blocks ==");
     let mlp = Mlp::new(&dev, &MNIST_SHAPE)?;
@@ -166,7 +149,7 @@ fn main() -> anyhow::Result<()> {
     dev.reset_accumulated_memory_stats();
     let live = fragment(&dev)?;
     // The chapter's pictures end here, with the fragmented segments.
-    write_snapshot(&dev, snapshot_file.as_deref())?;
+    snapshot.write(&dev)?;
     println!("  four 4 MiB buffers; drop the 1st and 3rd; then ask for 6 MiB");
     show_stats(&dev);
     dev.empty_cache();

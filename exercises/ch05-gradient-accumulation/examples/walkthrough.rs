@@ -61,28 +61,11 @@ fn kib(bytes: u64) -> String {
     format!("{:.1} KiB", bytes as f64 / 1024.0)
 }
 
-/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
-/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
-fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
-    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
-    dev.record_memory_history(true);
-    Some(file.into())
-}
-
-/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
-fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    if let Some(file) = file {
-        std::fs::write(file, dev.snapshot().to_json())
-            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let dev = Device::from_env().context("opening the device named by GPUMEM_DEVICE")?;
     let name = dev.properties().map(|p| p.name).unwrap_or_default();
     println!("device {dev} ({name})");
-    let snapshot_file = record_for_pictures(&dev);
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
     let mut rng = XorShift::new(5);
     let model = Mlp::new(&dev, &SIZES, &mut rng)?;
@@ -119,7 +102,7 @@ fn main() -> anyhow::Result<()> {
         assert_eq!(dev.memory_allocated(), start);
         if k == 4 {
             // The chapter's pictures end here: one batch of 256, then 2 and 4 micro-batches.
-            write_snapshot(&dev, snapshot_file.as_deref())?;
+            snapshot.write(&dev)?;
         }
     }
 

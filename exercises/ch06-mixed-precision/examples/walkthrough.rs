@@ -76,7 +76,7 @@ fn memory_table<T: Float>(
     dev: &Device,
     sizes: &[usize],
     rows: usize,
-    snapshot: Option<&std::path::Path>,
+    snapshot: Option<&gpumem::SnapshotRequest>,
 ) -> anyhow::Result<()> {
     let mut rng = XorShift::new(6);
     let base = dev.memory_allocated();
@@ -92,7 +92,9 @@ fn memory_table<T: Float>(
     dev.reset_peak_memory_stats();
     let (y, saved) = model.forward(&batch.x, rows)?;
     let kept = dev.memory_allocated() - start;
-    write_snapshot(dev, snapshot)?;
+    if let Some(snapshot) = snapshot {
+        snapshot.write(dev)?;
+    }
     let cast: u64 = saved
         .layers
         .iter()
@@ -114,23 +116,6 @@ fn memory_table<T: Float>(
         kib(kept - cast),
         kib(peak),
     );
-    Ok(())
-}
-
-/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
-/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
-fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
-    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
-    dev.record_memory_history(true);
-    Some(file.into())
-}
-
-/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
-fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    if let Some(file) = file {
-        std::fs::write(file, dev.snapshot().to_json())
-            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
-    }
     Ok(())
 }
 
@@ -206,7 +191,7 @@ fn main() -> anyhow::Result<()> {
         "\n== Memory: f32 master weights, gradients, momentum; activations in f32/f16/bf16 =="
     );
     // The chapter's pictures are of this section alone: the allocator's history starts here.
-    let snapshot_file = record_for_pictures(&dev);
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
     let sizes = [256, 256, 256, 32];
     println!("  model {sizes:?}");
     println!(
@@ -215,7 +200,7 @@ fn main() -> anyhow::Result<()> {
     );
     for rows in [32, 1024] {
         // The chapter's pictures end in the bf16 step of 1024 rows, just after forward.
-        let pictures = snapshot_file.as_deref().filter(|_| rows == 1024);
+        let pictures = (rows == 1024).then_some(&snapshot);
         memory_table::<f32>(&dev, &sizes, rows, None)?;
         memory_table::<f16>(&dev, &sizes, rows, None)?;
         memory_table::<bf16>(&dev, &sizes, rows, pictures)?;

@@ -41,23 +41,6 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// With `GPUMEM_SNAPSHOT=<file>` set, records the allocator's history from here on and returns the
-/// file to write the snapshot to (`workbook pictures` draws the chapter's pictures from it).
-fn record_for_pictures(dev: &Device) -> Option<std::path::PathBuf> {
-    let file = std::env::var_os("GPUMEM_SNAPSHOT")?;
-    dev.record_memory_history(true);
-    Some(file.into())
-}
-
-/// Writes the allocator's snapshot (segments now, and the history) when `GPUMEM_SNAPSHOT` asked.
-fn write_snapshot(dev: &Device, file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    if let Some(file) = file {
-        std::fs::write(file, dev.snapshot().to_json())
-            .with_context(|| format!("writing the snapshot to {}", file.display()))?;
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let dev = Device::from_env().context("GPUMEM_DEVICE names a device that cannot be opened")?;
     println!("Device: {dev}");
@@ -127,7 +110,7 @@ fn main() -> anyhow::Result<()> {
     // The chapter's pictures are of this step alone, on a device cache emptied of step 1's segment:
     // the allocator's history starts here.
     dev.empty_cache();
-    let snapshot_file = record_for_pictures(&dev);
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
     let batch_len = 64 * 1024;
     let mut staging = dev.alloc_pinned::<f32>(batch_len)?;
     let mut checksum = 0.0f64;
@@ -140,7 +123,7 @@ fn main() -> anyhow::Result<()> {
         checksum += f64::from(gpumem::ops::sum(&batch)?);
         if i == 7 {
             // The pictures end here, with the last batch on the device.
-            write_snapshot(&dev, snapshot_file.as_deref())?;
+            snapshot.write(&dev)?;
         }
     }
     drop(staging);
