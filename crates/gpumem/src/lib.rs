@@ -1,10 +1,13 @@
 //! `gpumem`: the GPU Memory Workbook's runtime — devices, a caching allocator that follows
 //! PyTorch's CUDA caching allocator, transfers, pinned memory and a few compute kernels.
 //!
-//! Layers (see the book's "How gpumem is built"):
+//! Layers (the README's "Inside gpumem" says more):
 //! - raw: [`backend`] with [`backend_cpu`] and [`backend_cuda`] — reserve, release, copy;
 //! - policy: [`allocator`] — pools, blocks, splitting, stats; it knows nothing of CUDA;
-//! - safe surface: [`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`], stats.
+//! - safe surface: [`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`], stats;
+//! - compute: [`ops`] — GEMM, element-wise kernels and a tiny model, on both devices.
+
+#![warn(missing_docs)]
 
 pub mod allocator;
 pub mod backend;

@@ -1,6 +1,8 @@
-//! The GPU Memory Workbook's CLI, as a library so that its tests (and a future grader) can use the
+//! The GPU Memory Workbook's CLI, as a library so that its tests and the grader use the
 //! same pieces: the repository ([`app_state`]), `chapter.toml` ([`chapter`]), scratch workspaces
 //! ([`scratch`]), the per-test-process runner ([`runner`]), and one module per command.
+
+#![warn(missing_docs)]
 
 pub mod app_state;
 pub mod book;
