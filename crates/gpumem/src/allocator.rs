@@ -242,6 +242,10 @@ impl<B: RawMemory> CachingAllocator<B> {
 
     /// Returns a block to the cache. With pending uses on other streams the block stays active
     /// (not reusable) until they are done; its bytes stop counting as allocated at once.
+    ///
+    /// `allocation` must be live: an `Allocation` is plain data, and freeing one twice is a bug
+    /// (caught when the block is still free; after reuse it would free the new owner's block).
+    /// [`crate::Buffer`] frees exactly once.
     pub fn free(&self, allocation: Allocation, pending: Vec<Box<dyn PendingUse>>) {
         if allocation.size == 0 {
             return;
