@@ -10,7 +10,7 @@ use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::history::{BlockInfo, BlockState, History, SegmentInfo, Snapshot, TraceAction};
 use crate::stats::{DeviceStats, MemoryStats, Pool};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 /// Every block size is a multiple of this (torch's `kMinBlockSize`).
@@ -74,20 +74,36 @@ impl Block {
     }
 }
 
-/// Position of a cached block in its pool: ordered by stream, then size, then address (best fit).
+/// Position of a cached block in its pool: ordered by stream, then size, then address (best fit,
+/// lowest address among equals, as torch's `BlockComparatorSize`). Size and address share one
+/// `u128`, so comparing two keys is two integer comparisons: the pools are the hot path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct PoolKey {
     stream: StreamId,
-    size: usize,
-    ptr: DevicePtr,
-    id: BlockId,
+    size_then_ptr: u128,
 }
+
+impl PoolKey {
+    fn new(stream: StreamId, size: usize, ptr: DevicePtr) -> Self {
+        PoolKey {
+            stream,
+            size_then_ptr: (size as u128) << 64 | ptr as u128,
+        }
+    }
+
+    fn size(&self) -> usize {
+        (self.size_then_ptr >> 64) as usize
+    }
+}
+
+/// The cached (free) blocks of one pool. Free blocks never overlap, so their addresses are unique.
+type FreeBlocks = BTreeMap<PoolKey, BlockId>;
 
 struct State {
     blocks: Vec<Option<Block>>,
     free_slots: Vec<BlockId>,
-    small: BTreeSet<PoolKey>,
-    large: BTreeSet<PoolKey>,
+    small: FreeBlocks,
+    large: FreeBlocks,
     /// Freed blocks waiting for streams to finish with them.
     pending_frees: Vec<(BlockId, Vec<Box<dyn PendingUse>>)>,
     stats: DeviceStats,
@@ -165,8 +181,8 @@ impl<B: RawMemory> CachingAllocator<B> {
             state: Mutex::new(State {
                 blocks: Vec::new(),
                 free_slots: Vec::new(),
-                small: BTreeSet::new(),
-                large: BTreeSet::new(),
+                small: FreeBlocks::new(),
+                large: FreeBlocks::new(),
                 pending_frees: Vec::new(),
                 stats: DeviceStats::default(),
                 reserved: 0,
@@ -251,7 +267,8 @@ impl<B: RawMemory> CachingAllocator<B> {
             return;
         }
         // Ask the streams before taking the lock: a query may be a driver call.
-        let pending: Vec<_> = pending.into_iter().filter(|p| !p.is_done()).collect();
+        let mut pending = pending;
+        pending.retain(|p| !p.is_done());
         let mut guard = self.lock();
         let st = &mut *guard;
         let id = allocation.id;
@@ -445,12 +462,8 @@ impl<B: RawMemory> CachingAllocator<B> {
     fn release_block(&self, st: &mut State, id: BlockId) {
         let block = st.remove_block(id);
         debug_assert!(!block.is_split() && !block.allocated);
-        st.pool_mut(block.pool).remove(&PoolKey {
-            stream: block.stream,
-            size: block.size,
-            ptr: block.ptr,
-            id,
-        });
+        st.pool_mut(block.pool)
+            .remove(&PoolKey::new(block.stream, block.size, block.ptr));
         // SAFETY: the block is a whole segment from `reserve(block.size)` and nobody holds it.
         unsafe { self.backend.release(block.ptr, block.size) };
         st.reserved -= block.size;
@@ -481,10 +494,10 @@ impl<B: RawMemory> CachingAllocator<B> {
         }
         let whole: Vec<BlockId> = st
             .small
-            .iter()
-            .chain(st.large.iter())
-            .filter(|k| !st.block(k.id).is_split())
-            .map(|k| k.id)
+            .values()
+            .chain(st.large.values())
+            .copied()
+            .filter(|&id| !st.block(id).is_split())
             .collect();
         for id in whole {
             self.release_block(st, id);
@@ -505,24 +518,24 @@ impl<B: RawMemory> CachingAllocator<B> {
             return false;
         }
         let target = size.max(max_split);
-        let candidates: Vec<PoolKey> = st
+        let candidates: Vec<(usize, BlockId)> = st
             .pool(pool)
             .iter()
-            .filter(|k| k.stream == stream && k.size >= max_split)
-            .filter(|k| !st.block(k.id).is_split())
-            .copied()
+            .filter(|(k, _)| k.stream == stream && k.size() >= max_split)
+            .filter(|(_, id)| !st.block(**id).is_split())
+            .map(|(k, id)| (k.size(), *id))
             .collect();
-        if let Some(single) = candidates.iter().find(|k| k.size >= target) {
-            self.release_block(st, single.id);
+        if let Some(&(_, single)) = candidates.iter().find(|(size, _)| *size >= target) {
+            self.release_block(st, single);
             return true;
         }
         let mut released = 0;
-        for key in candidates.iter().rev() {
+        for &(size, id) in candidates.iter().rev() {
             if released >= target {
                 break;
             }
-            self.release_block(st, key.id);
-            released += key.size;
+            self.release_block(st, id);
+            released += size;
         }
         released >= target
     }
@@ -539,9 +552,9 @@ impl<B: RawMemory> CachingAllocator<B> {
         loop {
             let freeable: Vec<(BlockId, u64)> = st
                 .large
-                .iter()
-                .filter(|k| !st.block(k.id).is_split())
-                .map(|k| (k.id, st.block(k.id).gc_count))
+                .values()
+                .filter(|&&id| !st.block(id).is_split())
+                .map(|&id| (id, st.block(id).gc_count))
                 .collect();
             if freeable.is_empty() || reclaimed >= target {
                 return;
@@ -595,14 +608,14 @@ impl State {
         self.blocks[id].take().expect("gpumem: dangling block id")
     }
 
-    fn pool(&self, pool: Pool) -> &BTreeSet<PoolKey> {
+    fn pool(&self, pool: Pool) -> &FreeBlocks {
         match pool {
             Pool::Small => &self.small,
             Pool::Large => &self.large,
         }
     }
 
-    fn pool_mut(&mut self, pool: Pool) -> &mut BTreeSet<PoolKey> {
+    fn pool_mut(&mut self, pool: Pool) -> &mut FreeBlocks {
         match pool {
             Pool::Small => &mut self.small,
             Pool::Large => &mut self.large,
@@ -611,46 +624,39 @@ impl State {
 
     fn key(&self, id: BlockId) -> PoolKey {
         let b = self.block(id);
-        PoolKey {
-            stream: b.stream,
-            size: b.size,
-            ptr: b.ptr,
-            id,
-        }
+        PoolKey::new(b.stream, b.size, b.ptr)
     }
 
     /// Best fit on the same stream, with torch's oversize rules.
     fn get_free_block(&mut self, pool: Pool, stream: StreamId, size: usize) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
         if self.config.garbage_collection_threshold > 0.0 {
-            let ids: Vec<BlockId> = self.pool(pool).iter().map(|k| k.id).collect();
+            let ids: Vec<BlockId> = self.pool(pool).values().copied().collect();
             for id in ids {
                 self.block_mut(id).gc_count += 1;
             }
         }
-        let start = PoolKey {
-            stream,
-            size,
-            ptr: 0,
-            id: 0,
-        };
-        let key = *self.pool(pool).range(start..).next()?;
+        let (&key, &id) = self
+            .pool(pool)
+            .range(PoolKey::new(stream, size, 0)..)
+            .next()?;
         if key.stream != stream {
             return None;
         }
         // Never hand out an oversize block for a small request, and an oversize request may waste
         // at most one large-buffer's worth.
-        if size < max_split && key.size >= max_split {
+        let found_size = key.size();
+        if size < max_split && found_size >= max_split {
             return None;
         }
-        if size >= max_split && key.size >= size + LARGE_BUFFER {
+        if size >= max_split && found_size >= size + LARGE_BUFFER {
             return None;
         }
         self.pool_mut(pool).remove(&key);
         if self.config.garbage_collection_threshold > 0.0 {
-            self.block_mut(key.id).gc_count = 0;
+            self.block_mut(id).gc_count = 0;
         }
-        Some(key.id)
+        Some(id)
     }
 
     fn should_split_sizes(&self, pool: Pool, block_size: usize, size: usize) -> bool {
@@ -694,13 +700,8 @@ impl State {
                 r.size -= size;
                 (r.ptr, r.size)
             };
-            let key = PoolKey {
-                stream,
-                size: rest_size,
-                ptr: rest_ptr,
-                id: remaining,
-            };
-            self.pool_mut(pool).insert(key);
+            self.pool_mut(pool)
+                .insert(PoolKey::new(stream, rest_size, rest_ptr), remaining);
             let remaining_size = rest_size as u64;
             if already_split {
                 // An inactive split block shrinks by `size`.
@@ -757,22 +758,14 @@ impl State {
                 net_bytes -= subsumed as i64;
             }
         }
-        let (key, is_split) = {
+        let (key, size, is_split) = {
             let b = self.block(id);
-            (
-                PoolKey {
-                    stream: b.stream,
-                    size: b.size,
-                    ptr: b.ptr,
-                    id,
-                },
-                b.is_split(),
-            )
+            (PoolKey::new(b.stream, b.size, b.ptr), b.size, b.is_split())
         };
-        self.pool_mut(pool).insert(key);
+        self.pool_mut(pool).insert(key, id);
         if is_split {
             net_blocks += 1;
-            net_bytes += key.size as i64;
+            net_bytes += size as i64;
         }
         apply_net(&mut self.stats.inactive_split, pool, net_blocks);
         apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);

@@ -222,6 +222,21 @@ fn best_fit_picks_the_smallest_cached_block_that_fits() {
 }
 
 #[test]
+fn among_equal_sizes_best_fit_picks_the_lowest_address() {
+    let a = allocator(GIB);
+    let blocks: Vec<_> = (0..3).map(|_| a.malloc(12 * MIB, S0).unwrap()).collect();
+    let lowest = blocks.iter().map(|b| b.ptr).min().unwrap();
+    // Free them highest address first, so the cache's insertion order is not the answer.
+    let mut by_address = blocks;
+    by_address.sort_by_key(|b| std::cmp::Reverse(b.ptr));
+    for b in by_address {
+        a.free(b, vec![]);
+    }
+    let again = a.malloc(12 * MIB, S0).unwrap();
+    assert_eq!(again.ptr, lowest);
+    a.free(again, vec![]);
+}
+#[test]
 fn empty_cache_releases_only_segments_without_live_blocks() {
     let a = allocator(GIB);
     let keep = a.malloc(512, S0).unwrap();
