@@ -258,9 +258,36 @@ pub struct GradeArgs {
     /// Seconds a test may run before it is killed and counts as failed (timed out).
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
+    /// Memory one test process may have (its heap and private mappings), such as 4GiB or 512MiB,
+    /// or `none`. Half of it is the cpu device's capacity (unless GPUMEM_CPU_CAPACITY is set), so
+    /// runaway allocations end in an out-of-memory error instead of taking the machine's memory.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_memory_limit)]
+    pub memory_limit: MemoryLimit,
     /// Keep the test executables of every graded chapter (about 20 MB each) under target/workbook.
     #[arg(long)]
     pub keep_builds: bool,
+}
+
+/// `grade --memory-limit`: bytes, or no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLimit(pub Option<u64>);
+
+/// The smallest `--memory-limit`: below it a test process cannot even start.
+pub const MIN_MEMORY_LIMIT: u64 = 64 << 20;
+
+fn parse_memory_limit(text: &str) -> Result<MemoryLimit, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(MemoryLimit(None));
+    }
+    let bytes = gpumem::format::parse_bytes(text).ok_or_else(|| {
+        format!("`{text}` is not a size: write it like 4GiB, 512MiB or 1073741824, or `none`")
+    })?;
+    if bytes < MIN_MEMORY_LIMIT {
+        return Err(format!(
+            "{text} is too little for a test process to start; give 64MiB or more, or `none`"
+        ));
+    }
+    Ok(MemoryLimit(Some(bytes)))
 }
 
 /// What `workbook grade` prints on stdout.

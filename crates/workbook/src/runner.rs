@@ -242,6 +242,9 @@ pub struct RunOptions {
     pub cwd: Option<PathBuf>,
     /// Extra environment variables for the test process.
     pub env: Vec<(String, String)>,
+    /// Bytes of memory the test process may have (`RLIMIT_DATA`: its heap and private writable
+    /// mappings); past it an allocation fails. `None`: no limit.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for RunOptions {
@@ -251,6 +254,7 @@ impl Default for RunOptions {
             output_limit: DEFAULT_OUTPUT_LIMIT,
             cwd: None,
             env: Vec::new(),
+            memory_limit: None,
         }
     }
 }
@@ -353,6 +357,23 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
         };
         cmd.arg("--logfile").arg(format!("/dev/fd/{LOG_FD}"));
     }
+    if let Some(limit) = options.memory_limit {
+        let limit = libc::rlim_t::try_from(limit).unwrap_or(libc::RLIM_INFINITY);
+        // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                let rlimit = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_DATA, &rlimit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            })
+        };
+    }
     for (key, value) in &options.env {
         cmd.env(key, value);
     }
@@ -406,7 +427,7 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
             .lines()
             .any(|l| l.starts_with("test result: ok. 1 passed;")),
     };
-    let (verdict, message) = judge(case, status, options.timeout, reported, &stdout, &stderr);
+    let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -600,7 +621,7 @@ pub fn harness_log_says_ok(log: &str, name: &str) -> bool {
 fn judge(
     case: &TestCase,
     status: Option<ExitStatus>,
-    timeout: Duration,
+    options: &RunOptions,
     reported_ok: bool,
     stdout: &str,
     stderr: &str,
@@ -608,7 +629,10 @@ fn judge(
     let Some(status) = status else {
         return (
             Verdict::TimedOut,
-            format!("timed out after {} s and was killed", timeout.as_secs_f64()),
+            format!(
+                "timed out after {} s and was killed",
+                options.timeout.as_secs_f64()
+            ),
         );
     };
     if status.success() {
@@ -622,7 +646,19 @@ fn judge(
                 .to_string(),
         );
     }
-    let why = failure_message(&case.name, stdout, stderr);
+    let mut why = failure_message(&case.name, stdout, stderr);
+    // std's words when an allocation fails (it then aborts): say which limit was hit.
+    if let (Some(limit), Some(line)) = (
+        options.memory_limit,
+        stderr
+            .lines()
+            .find(|l| l.starts_with("memory allocation of ") && l.ends_with(" failed")),
+    ) {
+        why = Some(format!(
+            "ran out of memory: {line}, with the test's limit of {} reached",
+            gpumem::format::format_bytes(limit)
+        ));
+    }
     let message = match (status.code(), status.signal()) {
         (_, Some(signal)) => {
             let killed = format!("killed by signal {signal} ({})", signal_name(signal));

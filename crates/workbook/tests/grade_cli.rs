@@ -220,6 +220,24 @@ fn grading_nothing_or_a_missing_path_is_an_error() {
             ],
             "there is no chapter \"ch99-nothing\" (the chapters are: ch01-availability, ",
         ),
+        (
+            vec![
+                "grade".into(),
+                empty.path().into(),
+                "--memory-limit".into(),
+                "lots".into(),
+            ],
+            "`lots` is not a size: write it like 4GiB, 512MiB or 1073741824, or `none`",
+        ),
+        (
+            vec![
+                "grade".into(),
+                empty.path().into(),
+                "--memory-limit".into(),
+                "1MiB".into(),
+            ],
+            "1MiB is too little for a test process to start; give 64MiB or more, or `none`",
+        ),
     ];
     for (args, needle) in cases {
         let (output, stdout, stderr) =

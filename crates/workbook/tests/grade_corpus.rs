@@ -25,6 +25,8 @@ const CH01_MAX: u32 = 21;
 const CH02_MAX: u32 = 32;
 /// The limit on what a submission may unpack to, in this run.
 const MAX_BYTES: u64 = 8 << 20;
+/// The memory one test process may have, in this run (so the cpu device's capacity is 128 MiB).
+const MEMORY_LIMIT: u64 = 256 << 20;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -311,6 +313,7 @@ static RUN: LazyLock<Run> = LazyLock::new(|| {
         hidden_tests: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/submissions/hidden")),
         jobs: 2,
         timeout: Duration::from_secs(5),
+        memory_limit: Some(MEMORY_LIMIT),
         progress: false,
         limits: submission::Limits {
             max_bytes: MAX_BYTES,
@@ -374,11 +377,13 @@ fn every_submission_gets_exactly_its_score() {
         ("compile-error", 0, 0),
         ("deadlock", 0, 27),
         ("deleted-tests", 0, CH02_MAX),
+        ("device-memory-hog", 0, 28),
         ("edited-tests", 0, 0),
         ("empty", 0, 0),
         ("exit-zero", 0, 27),
         ("fake-result", 0, 24),
         ("hardlink-out", 0, 0),
+        ("host-memory-hog", 0, 27),
         ("huge-output", 0, 27),
         ("infinite-loop", 0, 28),
         ("inside-link", CH01_MAX, 0),
@@ -567,6 +572,49 @@ fn stack_overflow_and_abort_fail_with_the_signal_named() {
     assert_eq!(
         message(student("abort"), CH02, "zeros_on_device_holds_zeros"),
         "killed by signal 6 (SIGABRT)"
+    );
+}
+
+#[test]
+fn memory_hogs_fail_their_tests_at_the_memory_limit_and_say_so() {
+    let independent = [
+        "independent_copy_does_not_share_memory",
+        "independent_copy_makes_one_device_to_device_copy_and_one_new_block",
+        "independent_copy_survives_overwriting_the_original",
+    ];
+    assert_eq!(
+        failures("host-memory-hog", CH02),
+        expect(&independent.map(|t| (t, Status::Failed)))
+    );
+    let host = message(student("host-memory-hog"), CH02, independent[0]);
+    assert!(
+        host.starts_with("ran out of memory: memory allocation of 67108864 bytes failed"),
+        "{host}"
+    );
+    assert!(host.contains("limit of 256.00 MiB"), "{host}");
+    assert!(host.contains("killed by signal 6 (SIGABRT)"), "{host}");
+
+    // Device allocations meet the cpu device's capacity (half the limit) and gpumem's own error.
+    assert_eq!(
+        failures("device-memory-hog", CH02),
+        expect(&[
+            (
+                "zeros_on_device_costs_the_memory_of_from_slice_without_the_copy",
+                Status::Failed
+            ),
+            ("zeros_on_device_holds_zeros", Status::Failed),
+            ("zeros_on_device_makes_no_copy", Status::Failed),
+        ])
+    );
+    let device = message(
+        student("device-memory-hog"),
+        CH02,
+        "zeros_on_device_holds_zeros",
+    );
+    // The test's `expect` prints the error's fields: 64 MiB asked, the 128 MiB device full.
+    assert!(
+        device.contains(r#"OutOfMemory { device: "cpu", requested: 67108864, total: 134217728"#),
+        "{device}"
     );
 }
 
