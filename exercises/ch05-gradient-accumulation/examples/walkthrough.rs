@@ -17,12 +17,7 @@ const BATCH: usize = 256;
 
 /// Every gradient as one f64 vector.
 fn flat(grads: &MlpGrads) -> anyhow::Result<Vec<f64>> {
-    let mut out = Vec::new();
-    for g in &grads.layers {
-        out.extend(g.weight.to_vec()?.iter().map(|&v| v as f64));
-        out.extend(g.bias.to_vec()?.iter().map(|&v| v as f64));
-    }
-    Ok(out)
+    Ok(grads.to_vec()?.into_iter().map(f64::from).collect())
 }
 
 /// `‖got − want‖ / ‖want‖`.

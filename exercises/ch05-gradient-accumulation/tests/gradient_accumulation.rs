@@ -33,22 +33,16 @@ fn on_device(dev: &Device, data: &HostBatch) -> anyhow::Result<DeviceBatch> {
 
 /// Every gradient (weights and biases, layer by layer) as one f64 vector.
 fn flat(grads: &MlpGrads) -> anyhow::Result<Vec<f64>> {
-    let mut out = Vec::new();
-    for g in &grads.layers {
-        out.extend(g.weight.to_vec()?.iter().map(|&v| v as f64));
-        out.extend(g.bias.to_vec()?.iter().map(|&v| v as f64));
-    }
-    Ok(out)
+    Ok(grads.to_vec()?.into_iter().map(f64::from).collect())
 }
 
 /// Every parameter of `model` as one f64 vector.
 fn parameters(model: &Mlp) -> anyhow::Result<Vec<f64>> {
-    let mut out = Vec::new();
-    for l in &model.layers {
-        out.extend(l.weight.to_vec()?.iter().map(|&v| v as f64));
-        out.extend(l.bias.to_vec()?.iter().map(|&v| v as f64));
-    }
-    Ok(out)
+    Ok(model
+        .parameters_to_vec()?
+        .into_iter()
+        .map(f64::from)
+        .collect())
 }
 
 /// Norm-wise relative error `‖got − want‖ / ‖want‖`; NaN when either holds a NaN.

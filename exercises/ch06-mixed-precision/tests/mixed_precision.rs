@@ -38,22 +38,7 @@ fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
 
 /// Every gradient (weights and biases, layer by layer) as one f64 vector.
 fn flat(grads: &MlpGrads) -> anyhow::Result<Vec<f64>> {
-    let mut out = Vec::new();
-    for g in &grads.layers {
-        out.extend(g.weight.to_vec()?.iter().map(|&v| v as f64));
-        out.extend(g.bias.to_vec()?.iter().map(|&v| v as f64));
-    }
-    Ok(out)
-}
-
-/// Every parameter as one f32 vector.
-fn parameters(model: &Mlp) -> anyhow::Result<Vec<f32>> {
-    let mut out = Vec::new();
-    for l in &model.layers {
-        out.extend(l.weight.to_vec()?);
-        out.extend(l.bias.to_vec()?);
-    }
-    Ok(out)
+    Ok(grads.to_vec()?.into_iter().map(f64::from).collect())
 }
 
 /// A model of `(in, out)` layers with the given parameters (copied to the device).
@@ -360,7 +345,7 @@ fn step_in<T: Float>(
     let mut grads = model.zero_grads()?;
     let mut optimizer = Momentum::new(&model, 0.1, 0.9)?;
     let batch = DeviceBatch::<T>::from_host(dev, x, t, rows)?;
-    let before = parameters(&model)?;
+    let before = model.parameters_to_vec()?;
     let start = dev.memory_allocated();
     let outcome = mixed_precision_step(&mut model, &mut grads, &mut optimizer, scaler, &batch)?;
     assert_eq!(
@@ -374,7 +359,7 @@ fn step_in<T: Float>(
         stepped: outcome.stepped,
         grads: flat(&grads)?,
         before,
-        after: parameters(&model)?,
+        after: model.parameters_to_vec()?,
     })
 }
 
@@ -437,7 +422,7 @@ fn mixed_step_skips_overflowing_steps_until_the_scale_fits() -> anyhow::Result<(
     let mut grads = model16.zero_grads()?;
     let mut optimizer = Momentum::new(&model16, 0.1, 0.9)?;
     let batch = DeviceBatch::<f16>::from_host(&dev, &x, &t, 32)?;
-    let start = parameters(&model16)?;
+    let start = model16.parameters_to_vec()?;
     let mut scaler = GradScaler::with_settings(2f32.powi(40), 2.0, 0.5, 2000);
     let mut skipped = 0;
     loop {
@@ -453,7 +438,7 @@ fn mixed_step_skips_overflowing_steps_until_the_scale_fits() -> anyhow::Result<(
         }
         skipped += 1;
         assert_eq!(
-            parameters(&model16)?,
+            model16.parameters_to_vec()?,
             start,
             "a skipped step changes no weight"
         );
@@ -470,7 +455,7 @@ fn mixed_step_skips_overflowing_steps_until_the_scale_fits() -> anyhow::Result<(
     }
     assert!(skipped >= 10, "2^40 overflowed f16 only {skipped} times");
     assert_ne!(
-        parameters(&model16)?,
+        model16.parameters_to_vec()?,
         start,
         "the first clean step moved the weights"
     );

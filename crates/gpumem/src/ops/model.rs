@@ -400,6 +400,21 @@ impl Mlp {
         }
         Ok(())
     }
+
+    /// Every parameter copied to the host as one vector: weights then bias, layer by layer (two
+    /// device-to-host copies per layer).
+    pub fn parameters_to_vec(&self) -> Result<Vec<f32>> {
+        concat_to_host(self.layers.iter().flat_map(|l| [&l.weight, &l.bias]))
+    }
+}
+
+/// The buffers' contents one after the other, on the host.
+fn concat_to_host<'a>(buffers: impl Iterator<Item = &'a Buffer<f32>>) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    for buffer in buffers {
+        out.extend(buffer.to_vec()?);
+    }
+    Ok(out)
 }
 
 impl MlpGrads {
@@ -433,5 +448,11 @@ impl MlpGrads {
     /// Bytes of the allocator blocks behind every gradient.
     pub fn block_bytes(&self) -> usize {
         self.layers.iter().map(LinearGrads::block_bytes).sum()
+    }
+
+    /// Every gradient copied to the host as one vector, in the order of
+    /// [`Mlp::parameters_to_vec`] (two device-to-host copies per layer).
+    pub fn to_vec(&self) -> Result<Vec<f32>> {
+        concat_to_host(self.layers.iter().flat_map(|g| [&g.weight, &g.bias]))
     }
 }
