@@ -25,6 +25,8 @@ pub struct CheckOptions {
     pub jobs: usize,
     /// Time limit of one test.
     pub timeout: Duration,
+    /// Memory one test process may have ([`RunOptions::with_memory_limit`]); `None`: no limit.
+    pub memory_limit: Option<u64>,
     /// Print progress (building, running) on stderr.
     pub progress: bool,
 }
@@ -37,6 +39,7 @@ impl CheckOptions {
                 .map(usize::from)
                 .unwrap_or_else(app_state::default_jobs),
             timeout: Duration::from_secs(timeout),
+            memory_limit: Some(runner::DEFAULT_MEMORY_LIMIT),
             progress: true,
         }
     }
@@ -81,7 +84,10 @@ pub fn run(root: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
     let state = StateFile::of(&repo);
     let progress = state.load()?;
     let chapter = learner::choose_chapter(&repo, args.chapter.as_deref(), &progress)?;
-    let options = CheckOptions::from_flags(args.jobs, args.timeout);
+    let options = CheckOptions {
+        memory_limit: args.memory_limit.0,
+        ..CheckOptions::from_flags(args.jobs, args.timeout)
+    };
     let check = check_chapter(&repo, &chapter, &options)?;
     print!("{}", render(&repo, &check));
     let progress = state.load()?;
@@ -161,7 +167,8 @@ pub fn check_chapter(
             if options.progress {
                 eprintln!("{name}: running {} tests...", cases.len());
             }
-            let run_options = RunOptions::for_crate(&scratch.crate_dir, options.timeout);
+            let run_options = RunOptions::for_crate(&scratch.crate_dir, options.timeout)
+                .with_memory_limit(options.memory_limit);
             let mut outcomes = runner::run_tests(&cases, &run_options, options.jobs, &|_| {})?;
             for outcome in &mut outcomes {
                 outcome.message = paths.rewrite(&outcome.message);

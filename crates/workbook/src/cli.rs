@@ -147,6 +147,11 @@ pub struct CheckArgs {
     /// Seconds a test may run before it is stopped and counts as failed.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
+    /// Memory one test process may have, such as 4GiB or 512MiB, or `none`; half of it is the cpu
+    /// device's capacity (unless GPUMEM_CPU_CAPACITY is set). A loop that allocates forever then
+    /// fails its test instead of taking the machine's memory.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_memory_limit)]
+    pub memory_limit: MemoryLimit,
 }
 
 /// Flags of `workbook watch`.
@@ -168,6 +173,11 @@ pub struct WatchArgs {
     /// Seconds a test may run before it is stopped and counts as failed.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
+    /// Memory one test process may have, such as 4GiB or 512MiB, or `none`; half of it is the cpu
+    /// device's capacity (unless GPUMEM_CPU_CAPACITY is set). A loop that allocates forever then
+    /// fails its test instead of taking the machine's memory.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_memory_limit)]
+    pub memory_limit: MemoryLimit,
 }
 
 /// Flags of `workbook hint`.

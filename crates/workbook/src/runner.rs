@@ -21,6 +21,8 @@ pub const MAX_BUILD_ERRORS: usize = 3;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default number of bytes kept of each of a test's output streams.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024;
+/// The default memory limit of one test process (`check`, `watch` and `grade`'s `--memory-limit`).
+pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
 /// A test executable built by cargo (one per file in `tests/`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,6 +262,21 @@ impl Default for RunOptions {
 }
 
 impl RunOptions {
+    /// Caps each test process's memory at `limit` bytes ([`RunOptions::memory_limit`]) and, unless
+    /// `GPUMEM_CPU_CAPACITY` is set already, makes half of it the cpu device's capacity: the cpu
+    /// device lives in the test's own memory, so runaway device allocations meet gpumem's
+    /// out-of-memory error (with its numbers) before the process limit. `None`: no limit.
+    pub fn with_memory_limit(mut self, limit: Option<u64>) -> RunOptions {
+        self.memory_limit = limit;
+        if let Some(limit) = limit
+            && std::env::var_os("GPUMEM_CPU_CAPACITY").is_none()
+        {
+            self.env
+                .push(("GPUMEM_CPU_CAPACITY".to_string(), (limit / 2).to_string()));
+        }
+        self
+    }
+
     /// Options for the tests of the crate at `crate_dir`, as `cargo test` would run them there.
     pub fn for_crate(crate_dir: &Path, timeout: Duration) -> RunOptions {
         RunOptions {

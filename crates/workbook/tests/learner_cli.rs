@@ -173,6 +173,34 @@ fn check_shows_each_exercise_and_list_remembers_it() {
 }
 
 #[test]
+fn a_test_that_allocates_forever_fails_at_the_memory_limit() {
+    let repo = FakeRepo::new();
+    demo_chapter(&repo, "ch01-demo");
+    let hog = HALFWAY.replace(
+        "pub fn square(_x: u32) -> u32 {\n    todo!()\n}",
+        "pub fn square(_x: u32) -> u32 {\n    let mut hoard: Vec<Vec<u8>> = Vec::new();\n    \
+         loop {\n        hoard.push(vec![1u8; 64 << 20]);\n        \
+         std::hint::black_box(&hoard);\n    }\n}",
+    );
+    assert_ne!(hog, HALFWAY);
+    repo.write("exercises/ch01-demo/src/lib.rs", &hog);
+    let (code, out, err) = workbook(&repo, &["check", "ch01", "--memory-limit", "256MiB"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains(
+            "ran out of memory: memory allocation of 67108864 bytes failed, \
+             with the test's limit of 256.00 MiB reached"
+        ),
+        "{out}"
+    );
+    // The other exercises are judged as before.
+    assert_eq!(
+        row(&out, " double "),
+        ["✓", "double", "done", "(2/2", "tests", "pass)"]
+    );
+}
+
+#[test]
 fn check_defaults_to_the_first_unfinished_chapter() {
     let repo = FakeRepo::new();
     demo_chapter(&repo, "ch01-demo");

@@ -38,8 +38,6 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 pub const OUTPUT_LIMIT: usize = 6 * 1024;
 /// The default time limit of one submitted chapter's build.
 pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(300);
-/// The default memory limit of one test process.
-pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
 /// How `grade` works.
 #[derive(Debug, Clone)]
@@ -73,7 +71,7 @@ impl Default for GradeOptions {
             jobs: app_state::default_jobs(),
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
             build_timeout: DEFAULT_BUILD_TIMEOUT,
-            memory_limit: Some(DEFAULT_MEMORY_LIMIT),
+            memory_limit: Some(runner::DEFAULT_MEMORY_LIMIT),
             keep_builds: false,
             limits: Limits::default(),
             progress: true,
@@ -802,20 +800,11 @@ fn run_official(
             to_run.len() - 1
         }));
     }
-    let mut options = RunOptions {
+    let options = RunOptions {
         output_limit: OUTPUT_LIMIT,
-        memory_limit: ctx.options.memory_limit,
         ..RunOptions::for_crate(crate_dir, ctx.options.timeout)
-    };
-    if let Some(limit) = ctx.options.memory_limit
-        && std::env::var_os("GPUMEM_CPU_CAPACITY").is_none()
-    {
-        // The cpu device lives in the test's own memory: give it half, so that a learner's
-        // runaway device allocations meet gpumem's out-of-memory error (with its numbers) first.
-        options
-            .env
-            .push(("GPUMEM_CPU_CAPACITY".to_string(), (limit / 2).to_string()));
     }
+    .with_memory_limit(ctx.options.memory_limit);
     let outcomes = runner::run_tests(&to_run, &options, ctx.options.jobs, &|_| on_test())?;
     let tests = spec
         .tests
