@@ -3,7 +3,7 @@
 use crate::format::format_bytes;
 
 /// Everything that can go wrong in `gpumem`.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum Error {
     /// A reservation failed even after the cache was released and the allocation retried.
     #[error(
@@ -104,6 +104,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+}
+
+/// `{:?}` prints the same message as `{}`, so that `.unwrap()` and `.expect()` (in a learner's
+/// code, in a test) show the sentence a learner can act on rather than the variant's fields.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// The runtime's result type.

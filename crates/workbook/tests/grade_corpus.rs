@@ -611,9 +611,12 @@ fn memory_hogs_fail_their_tests_at_the_memory_limit_and_say_so() {
         CH02,
         "zeros_on_device_holds_zeros",
     );
-    // The test's `expect` prints the error's fields: 64 MiB asked, the 128 MiB device full.
+    // The test's `expect` prints gpumem's message: 64 MiB asked, the 128 MiB device full.
     assert!(
-        device.contains(r#"OutOfMemory { device: "cpu", requested: 67108864, total: 134217728"#),
+        device.contains(
+            "out of memory on cpu: tried to allocate 64.00 MiB. \
+             The device has a total capacity of 128.00 MiB of which 0 B is free"
+        ),
         "{device}"
     );
 }
