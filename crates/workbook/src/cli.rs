@@ -278,7 +278,7 @@ pub struct GradeArgs {
     pub keep_builds: bool,
 }
 
-/// `grade --memory-limit`: bytes, or no limit.
+/// The `--memory-limit` of `check`, `watch` and `grade`: bytes, or no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryLimit(pub Option<u64>);
 
