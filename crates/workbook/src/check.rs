@@ -6,7 +6,7 @@
 //! an edited `tests/` or `Cargo.toml` changes nothing. Each test runs in a process of its own.
 
 use crate::app_state::{self, Chapter, Repo};
-use crate::cli::CheckArgs;
+use crate::cli::{CheckArgs, TestRunArgs};
 use crate::embedded;
 use crate::learner::{self, State, TODO_MESSAGE};
 use crate::progress::{CheckRecord, StateFile, TestRecord, TestStatus};
@@ -32,14 +32,15 @@ pub struct CheckOptions {
 }
 
 impl CheckOptions {
-    /// Options from the command line's `--jobs` and `--timeout`.
-    pub fn from_flags(jobs: Option<u16>, timeout: u64) -> CheckOptions {
+    /// Options from the command line's `--jobs`, `--timeout` and `--memory-limit`.
+    pub fn from_flags(flags: &TestRunArgs) -> CheckOptions {
         CheckOptions {
-            jobs: jobs
+            jobs: flags
+                .jobs
                 .map(usize::from)
                 .unwrap_or_else(app_state::default_jobs),
-            timeout: Duration::from_secs(timeout),
-            memory_limit: Some(runner::DEFAULT_MEMORY_LIMIT),
+            timeout: Duration::from_secs(flags.timeout),
+            memory_limit: flags.memory_limit.0,
             progress: true,
         }
     }
@@ -84,10 +85,7 @@ pub fn run(root: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
     let state = StateFile::of(&repo);
     let progress = state.load()?;
     let chapter = learner::choose_chapter(&repo, args.chapter.as_deref(), &progress)?;
-    let options = CheckOptions {
-        memory_limit: args.memory_limit.0,
-        ..CheckOptions::from_flags(args.jobs, args.timeout)
-    };
+    let options = CheckOptions::from_flags(&args.tests);
     let check = check_chapter(&repo, &chapter, &options)?;
     print!("{}", render(&repo, &check));
     let progress = state.load()?;

@@ -127,12 +127,9 @@ pub struct ListArgs {
     /// Check every chapter now, instead of showing the results of the last checks.
     #[arg(long)]
     pub refresh: bool,
-    /// Test processes to run at once (default: the machine's cores).
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub jobs: Option<u16>,
-    /// Seconds a test may run before it is stopped and counts as failed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
-    pub timeout: u64,
+    /// How the chapter's tests run.
+    #[command(flatten)]
+    pub tests: TestRunArgs,
 }
 
 /// Flags of `workbook check`.
@@ -141,6 +138,14 @@ pub struct CheckArgs {
     /// The chapter, by name or unique prefix (`ch01`); default: the first one not done.
     #[arg(value_name = "CHAPTER")]
     pub chapter: Option<String>,
+    /// How the chapter's tests run.
+    #[command(flatten)]
+    pub tests: TestRunArgs,
+}
+
+/// How `list --refresh`, `check`, `watch` and `solution` run a chapter's tests.
+#[derive(Debug, Args)]
+pub struct TestRunArgs {
     /// Test processes to run at once (default: the machine's cores).
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
@@ -167,17 +172,9 @@ pub struct WatchArgs {
     /// Milliseconds between two reads with --poll (and when events are not available).
     #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..))]
     pub poll_interval: u64,
-    /// Test processes to run at once (default: the machine's cores).
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub jobs: Option<u16>,
-    /// Seconds a test may run before it is stopped and counts as failed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
-    pub timeout: u64,
-    /// Memory one test process may have, such as 4GiB or 512MiB, or `none`; half of it is the cpu
-    /// device's capacity (unless GPUMEM_CPU_CAPACITY is set). A loop that allocates forever then
-    /// fails its test instead of taking the machine's memory.
-    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_memory_limit)]
-    pub memory_limit: MemoryLimit,
+    /// How the chapter's tests run.
+    #[command(flatten)]
+    pub tests: TestRunArgs,
 }
 
 /// Flags of `workbook hint`.
@@ -214,12 +211,9 @@ pub struct SolutionArgs {
     /// Show it even though the chapter's tests do not pass yet.
     #[arg(long)]
     pub force: bool,
-    /// Test processes to run at once, if a check is needed (default: the machine's cores).
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub jobs: Option<u16>,
-    /// Seconds a test may run, if a check is needed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
-    pub timeout: u64,
+    /// How the chapter's tests run, if a check is needed.
+    #[command(flatten)]
+    pub tests: TestRunArgs,
 }
 
 /// Flags of `workbook grade`.

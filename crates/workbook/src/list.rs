@@ -16,7 +16,7 @@ pub fn run(root: Option<&Path>, args: &ListArgs) -> Result<ExitCode> {
     let repo = Repo::from_option(root)?;
     let chapters = learner::load_chapters(&repo)?;
     if args.refresh {
-        let mut options = CheckOptions::from_flags(args.jobs, args.timeout);
+        let mut options = CheckOptions::from_flags(&args.tests);
         options.progress = false;
         for (i, chapter) in chapters.iter().enumerate() {
             eprintln!("[{}/{}] checking {}", i + 1, chapters.len(), chapter.name);

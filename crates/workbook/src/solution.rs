@@ -27,7 +27,7 @@ pub fn run(root: Option<&Path>, args: &SolutionArgs) -> Result<ExitCode> {
         true
     } else {
         eprintln!("{name} has not passed a check yet: checking it now...");
-        let options = CheckOptions::from_flags(args.jobs, args.timeout);
+        let options = CheckOptions::from_flags(&args.tests);
         let check = check::check_chapter(&repo, &chapter, &options)?;
         if !check.passed() {
             let statuses = learner::chapter_status(&chapter, Some(&check.record));

@@ -188,10 +188,7 @@ pub fn run(root: Option<&Path>, args: &WatchArgs) -> Result<ExitCode> {
     let repo = Repo::from_option(root)?;
     let progress = StateFile::of(&repo).load()?;
     let chapter = learner::choose_chapter(&repo, args.chapter.as_deref(), &progress)?;
-    let options = CheckOptions {
-        memory_limit: args.memory_limit.0,
-        ..CheckOptions::from_flags(args.jobs, args.timeout)
-    };
+    let options = CheckOptions::from_flags(&args.tests);
     let src = chapter.dir.join("src");
     let shown = learner::shown(&repo, &src);
     let interval = Duration::from_millis(args.poll_interval);
