@@ -1,4 +1,5 @@
-//! Test support: exclusive use of the device under test, with clean statistics.
+//! Test support: exclusive use of the device under test, with clean statistics, and the norm-wise
+//! comparison the numerics tests use.
 
 use crate::config::AllocatorConfig;
 use crate::device::Device;
@@ -49,4 +50,27 @@ pub fn reset(device: &Device) {
     device.reset_accumulated_memory_stats();
     device.reset_transfer_stats();
     device.reset_host_memory_stats();
+}
+
+/// Norm-wise relative error `‖got − want‖ / ‖want‖`: how far a result is from its reference as a
+/// whole. NaN when either side holds a NaN, so no tolerance accepts it.
+///
+/// # Panics
+/// When the two have different lengths.
+pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (diff / norm).sqrt()
+}
+
+/// Fails the test, naming `what`, unless `got` is within `tol` of `want` by [`relative_error`] (a
+/// NaN never passes).
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    let err = relative_error(got, want);
+    assert!(
+        err <= tol,
+        "{what}: relative error {err:e} is above {tol:e}"
+    );
 }

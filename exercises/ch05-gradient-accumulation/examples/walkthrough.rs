@@ -9,6 +9,7 @@ use anyhow::Context;
 use ch05_gradient_accumulation::{DeviceBatch, HostBatch, forward_backward};
 use gpumem::Device;
 use gpumem::ops::{Mlp, MlpGrads, XorShift};
+use gpumem::testing::relative_error;
 
 /// The walkthrough's model: 256 inputs, two hidden layers of 256, 16 outputs.
 const SIZES: [usize; 4] = [256, 256, 256, 16];
@@ -18,13 +19,6 @@ const BATCH: usize = 256;
 /// Every gradient as one f64 vector.
 fn flat(grads: &MlpGrads) -> anyhow::Result<Vec<f64>> {
     Ok(grads.to_vec()?.into_iter().map(f64::from).collect())
-}
-
-/// `‖got − want‖ / ‖want‖`.
-fn relative_error(got: &[f64], want: &[f64]) -> f64 {
-    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (diff / norm).sqrt()
 }
 
 /// The walkthrough's own accumulation loop: `k` equal micro-batches, each uploaded, run and

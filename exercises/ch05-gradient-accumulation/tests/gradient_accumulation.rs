@@ -6,6 +6,7 @@ use ch05_gradient_accumulation::{
 };
 use gpumem::Device;
 use gpumem::ops::{Linear, Mlp, MlpGrads, XorShift};
+use gpumem::testing::assert_close;
 
 /// The model of the accumulation tests: 64 inputs, 128 hidden units, 16 outputs.
 const SIZES: [usize; 3] = [64, 128, 16];
@@ -43,23 +44,6 @@ fn parameters(model: &Mlp) -> anyhow::Result<Vec<f64>> {
         .into_iter()
         .map(f64::from)
         .collect())
-}
-
-/// Norm-wise relative error `‖got − want‖ / ‖want‖`; NaN when either holds a NaN.
-fn relative_error(got: &[f64], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len(), "lengths differ");
-    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (diff / norm).sqrt()
-}
-
-/// Fails unless `got` is within `tol` of `want`, norm-wise (a NaN never passes).
-fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    let err = relative_error(got, want);
-    assert!(
-        err <= tol,
-        "{what}: relative error {err:e} is above {tol:e}"
-    );
 }
 
 /// The gradient of the mean loss over all of `data` in one pass, and that loss.

@@ -8,6 +8,7 @@
 use anyhow::Context;
 use ch06_mixed_precision::{DeviceBatch, Momentum};
 use gpumem::ops::{self, Float, Linear, Mlp, XorShift};
+use gpumem::testing::relative_error;
 use gpumem::{Device, bf16, f16};
 
 /// `values` stored as `T` on the device and read back (the walkthrough's own round trip).
@@ -54,15 +55,9 @@ fn weight_gradient<T: Float>(
     Ok((grads.layers[0].weight.to_vec()?, found))
 }
 
-/// `‖got − want‖ / ‖want‖`.
-fn relative_error(got: &[f32], want: &[f32]) -> f64 {
-    let diff: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (*g as f64 - *w as f64).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|w| (*w as f64).powi(2)).sum();
-    (diff / norm).sqrt()
+/// The values as f64, for [`relative_error`].
+fn widen(values: &[f32]) -> Vec<f64> {
+    values.iter().copied().map(f64::from).collect()
 }
 
 /// Bytes in KiB with one decimal.
@@ -167,7 +162,7 @@ fn main() -> anyhow::Result<()> {
         println!(
             "  {label}: {zeros:>5} of {} weight gradients are 0; error against f32 {:.1e}",
             got.len(),
-            relative_error(&got, want)
+            relative_error(&widen(&got), &widen(want))
         );
     }
 

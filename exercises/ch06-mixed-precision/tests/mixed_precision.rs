@@ -5,6 +5,7 @@ use ch06_mixed_precision::{
     mixed_precision_step, predict_memory, round_trip,
 };
 use gpumem::ops::{DType, Float, Linear, Mlp, MlpGrads, XorShift};
+use gpumem::testing::assert_close;
 use gpumem::{Device, bf16, f16};
 
 /// A generator with a fresh seed, printed so that a failure can be reproduced.
@@ -17,23 +18,6 @@ fn rng() -> XorShift {
 /// `v` rounded to `T` and back: values that `T` holds exactly.
 fn rounded<T: Float>(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&a| T::from_f32(a).to_f32()).collect()
-}
-
-/// Norm-wise relative error `‖got − want‖ / ‖want‖`; NaN when either holds a NaN.
-fn relative_error(got: &[f64], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len(), "lengths differ");
-    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (diff / norm).sqrt()
-}
-
-/// Fails unless `got` is within `tol` of `want`, norm-wise (a NaN never passes).
-fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    let err = relative_error(got, want);
-    assert!(
-        err <= tol,
-        "{what}: relative error {err:e} is above {tol:e}"
-    );
 }
 
 /// Every gradient (weights and biases, layer by layer) as one f64 vector.
