@@ -40,10 +40,8 @@ impl CudaBackend {
         if ordinal >= count {
             return Err(Error::NoSuchDevice { ordinal, count });
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| Error::Driver {
-            op: "cuDevicePrimaryCtxRetain",
-            device: format!("cuda:{ordinal}"),
-            message: cuda::describe_driver_error(e),
+        let ctx = CudaContext::new(ordinal).map_err(|e| {
+            cuda::driver_error("cuDevicePrimaryCtxRetain", &format!("cuda:{ordinal}"), e)
         })?;
         Ok(CudaBackend { ordinal, ctx })
     }
@@ -58,13 +56,9 @@ impl CudaBackend {
         &self.ctx
     }
 
-    /// Turns a driver failure into the crate's error for this device.
+    /// Turns a driver failure into the crate's error for this device, with what to do about it.
     fn driver_error(&self, op: &'static str, err: DriverError) -> Error {
-        Error::Driver {
-            op,
-            device: format!("cuda:{}", self.ordinal),
-            message: cuda::describe_driver_error(err),
-        }
+        cuda::driver_error(op, &format!("cuda:{}", self.ordinal), err)
     }
 
     /// Makes the primary context current on the calling thread.
@@ -344,7 +338,7 @@ impl DeviceBackend for CudaBackend {
             }),
             Err(e) => Err(Error::HostAlloc {
                 size,
-                reason: format!("cuMemHostAlloc failed: {}", cuda::describe_driver_error(e)),
+                reason: format!("cuMemHostAlloc failed: {}", cuda::explain_driver_error(e)),
             }),
         }
     }

@@ -5,8 +5,13 @@
 //! panics when the library is missing, and so does *formatting* a `DriverError` (it asks the
 //! library for the message). Every answer about the driver is probed once and cached.
 
+use crate::error::{Error, Result};
+use cudarc::cublas::result::CublasError;
 use cudarc::driver::{DriverError, result, sys};
+use cudarc::nvrtc::result::NvrtcError;
 use std::sync::OnceLock;
+
+pub use crate::ops::cuda::{KernelImage, KernelTarget, compile_kernels, kernel_names};
 
 /// What probing the driver found, once per process.
 struct Probe {
@@ -59,6 +64,22 @@ fn run_probe() -> Probe {
         device_count: 0,
         driver_version,
     };
+    // cudarc's bindings for CUDA 13 load symbols a CUDA 12 driver lacks (`cuEventElapsedTime_v2`),
+    // and a missing symbol is a panic: an older driver is refused here, with what to do.
+    if let Some(version) = driver_version.filter(|&v| v < BUILT_FOR_CUDA) {
+        let instead = if BUILT_FOR_CUDA > 12000 && version >= 12000 {
+            ", or build with --no-default-features --features gpumem/cuda-12"
+        } else {
+            ""
+        };
+        found.unavailable = Some(format!(
+            "the NVIDIA driver supports CUDA {}, older than the CUDA {} this build of gpumem is for: \
+             update the driver{instead}",
+            version_words(version),
+            version_words(BUILT_FOR_CUDA)
+        ));
+        return found;
+    }
     if let Err(err) = result::init() {
         found.unavailable = Some(if err.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE {
             "the driver found no CUDA device".to_string()
@@ -100,6 +121,19 @@ pub(crate) fn describe_driver_error(err: DriverError) -> String {
     }
 }
 
+/// The CUDA major version this build of gpumem is for (its `cuda-12` or default `cuda-13` feature),
+/// as `cuDriverGetVersion` counts it: the driver must be at least this new.
+pub const BUILT_FOR_CUDA: i32 = if cfg!(feature = "cuda-12") {
+    12000
+} else {
+    13000
+};
+
+/// Words for a version as `cuDriverGetVersion` and NVRTC count it: `13000` is `13.0`.
+fn version_words(version: i32) -> String {
+    format!("{}.{}", version / 1000, (version % 1000) / 10)
+}
+
 /// Whether at least one CUDA device can be used (never panics, needs no CUDA install).
 pub fn is_available() -> bool {
     probe().unavailable.is_none()
@@ -132,10 +166,7 @@ pub fn library_status() -> Vec<(&'static str, Result<(), String>)> {
             return Ok(());
         }
         // The versioned name cudarc tries (`libcublas.so.13`), to say what to look for.
-        let name = cudarc::get_lib_name_candidates(lib)
-            .into_iter()
-            .find(|n| n.contains(".so."))
-            .unwrap_or_else(|| format!("lib{lib}.so"));
+        let name = library_name(lib);
         Err(format!(
             "could not load {name} or a similar name (is the CUDA toolkit's lib directory on LD_LIBRARY_PATH?)"
         ))
@@ -148,6 +179,306 @@ pub fn library_status() -> Vec<(&'static str, Result<(), String>)> {
         ("cuBLAS", status(cublas, "cublas")),
         ("NVRTC", status(nvrtc, "nvrtc")),
     ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures of driver, cuBLAS and NVRTC calls, as errors a learner can act on.
+//
+// cudarc 0.19 returns a bare status code for each library (`DriverError(CUresult)`,
+// `CublasError(cublasStatus_t)`, `NvrtcError(nvrtcResult)`). Formatting a `DriverError` asks libcuda
+// for its words, so only the code (`err.0`) is ever formatted here; the other two format as their
+// code's name. The code's name and the library's words say what happened; the sentence added here
+// says what to do, following NVIDIA's documentation of each code.
+
+/// Whether a failure means the device cannot be used at all, or only that one call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Severity {
+    /// CUDA cannot be used (no device, a wrong library, a busy or broken system): `CudaUnavailable`.
+    Unavailable,
+    /// The call failed: `Driver`, naming the call.
+    Failed,
+}
+
+/// What to do about a driver error, for the codes a learner can meet; `None` for the others.
+fn driver_advice(code: sys::CUresult) -> Option<(Severity, &'static str)> {
+    use Severity::{Failed, Unavailable};
+    use sys::CUresult::*;
+    Some(match code {
+        CUDA_ERROR_OUT_OF_MEMORY => (
+            Failed,
+            "Memory ran out outside the caching allocator's blocks (the kernels' module, a stream, \
+             an event, cuBLAS's workspace, or page-locked host memory for cuMemHostAlloc): free \
+             buffers and call empty_cache(), or make the work smaller",
+        ),
+        CUDA_ERROR_ILLEGAL_ADDRESS
+        | CUDA_ERROR_LAUNCH_FAILED
+        | CUDA_ERROR_ILLEGAL_INSTRUCTION
+        | CUDA_ERROR_MISALIGNED_ADDRESS
+        | CUDA_ERROR_INVALID_ADDRESS_SPACE
+        | CUDA_ERROR_INVALID_PC
+        | CUDA_ERROR_HARDWARE_STACK_ERROR
+        | CUDA_ERROR_ASSERT => (
+            Failed,
+            "A kernel faulted. The error is sticky: this process's CUDA context is unusable and \
+             every later call fails too, so restart the process. Kernels run asynchronously, so the \
+             op named here may not be the one that faulted: rerun with GPUMEM_LAUNCH_BLOCKING=1 to \
+             find it",
+        ),
+        CUDA_ERROR_LAUNCH_TIMEOUT => (
+            Failed,
+            "A kernel ran past the display watchdog's limit (this GPU also drives a display): use \
+             a GPU without a display or smaller work, and restart the process (the context is \
+             unusable)",
+        ),
+        CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => (
+            Failed,
+            "The launch asked for more registers or threads than this GPU gives one block: a \
+             gpumem bug, please report it with `workbook doctor`'s output",
+        ),
+        CUDA_ERROR_ECC_UNCORRECTABLE | CUDA_ERROR_NVLINK_UNCORRECTABLE => (
+            Failed,
+            "The GPU reported an uncorrectable hardware error: check `nvidia-smi -q` and the system \
+             log, and restart the process (the context is unusable)",
+        ),
+        CUDA_ERROR_NO_BINARY_FOR_GPU | CUDA_ERROR_INVALID_IMAGE => (
+            Failed,
+            "The compiled kernels do not fit this GPU: `workbook doctor` shows the architectures \
+             NVRTC targets and the GPU's compute capability",
+        ),
+        CUDA_ERROR_UNSUPPORTED_PTX_VERSION | CUDA_ERROR_INVALID_PTX => (
+            Failed,
+            "The PTX is newer than this driver can compile: update the NVIDIA driver, or use an \
+             NVRTC no newer than the driver (`workbook doctor` shows both versions)",
+        ),
+        CUDA_ERROR_JIT_COMPILER_NOT_FOUND | CUDA_ERROR_JIT_COMPILATION_DISABLED => (
+            Failed,
+            "The driver cannot compile PTX here (its JIT compiler is missing or disabled, as by \
+             CUDA_DISABLE_PTX_JIT): use an NVRTC that knows this GPU's architecture, so that \
+             machine code is loaded instead",
+        ),
+        CUDA_ERROR_INVALID_VALUE | CUDA_ERROR_INVALID_HANDLE => (
+            Failed,
+            "The driver rejected gpumem's arguments: a gpumem bug, please report it with the op \
+             and the sizes involved",
+        ),
+        CUDA_ERROR_INVALID_CONTEXT | CUDA_ERROR_CONTEXT_IS_DESTROYED => (
+            Failed,
+            "The device's context is gone (destroyed, or the device was reset): restart the process",
+        ),
+        CUDA_ERROR_INVALID_DEVICE => (
+            Failed,
+            "No such device: `workbook doctor` lists the devices (CUDA_VISIBLE_DEVICES may hide \
+             some)",
+        ),
+        CUDA_ERROR_NOT_PERMITTED | CUDA_ERROR_NOT_SUPPORTED => (
+            Failed,
+            "The driver does not allow this operation on this device or system (a virtual or MIG \
+             GPU, or a setting of the administrator's)",
+        ),
+        CUDA_ERROR_NO_DEVICE => (
+            Unavailable,
+            "The driver sees no GPU: check `nvidia-smi` and CUDA_VISIBLE_DEVICES, or use \
+             GPUMEM_DEVICE=cpu",
+        ),
+        CUDA_ERROR_STUB_LIBRARY => (
+            Unavailable,
+            "The libcuda.so loaded is the CUDA toolkit's stub, not the driver's: take the \
+             toolkit's lib64/stubs folder off LD_LIBRARY_PATH",
+        ),
+        CUDA_ERROR_SYSTEM_DRIVER_MISMATCH => (
+            Unavailable,
+            "The driver's library and its kernel module are of different versions (updated \
+             without a reboot?): reboot, or reinstall the NVIDIA driver",
+        ),
+        CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => (
+            Unavailable,
+            "A newer CUDA library over an older kernel driver (forward compatibility) is not \
+             supported on this GPU: install an NVIDIA driver of the CUDA version gpumem was built for",
+        ),
+        CUDA_ERROR_DEVICE_UNAVAILABLE => (
+            Unavailable,
+            "The GPU is unavailable, most often because it is in exclusive-process compute mode \
+             and another process holds it: see `nvidia-smi`",
+        ),
+        CUDA_ERROR_SYSTEM_NOT_READY => (
+            Unavailable,
+            "The system is not ready for CUDA work: check that the driver's daemons (such as the \
+             fabric manager on NVSwitch machines) are running",
+        ),
+        CUDA_ERROR_NOT_INITIALIZED | CUDA_ERROR_DEINITIALIZED => (
+            Unavailable,
+            "The driver is not initialised or is shutting down (a call made while the process \
+             exits?)",
+        ),
+        CUDA_ERROR_MPS_CONNECTION_FAILED
+        | CUDA_ERROR_MPS_RPC_FAILURE
+        | CUDA_ERROR_MPS_SERVER_NOT_READY
+        | CUDA_ERROR_MPS_MAX_CLIENTS_REACHED
+        | CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED
+        | CUDA_ERROR_MPS_CLIENT_TERMINATED => (
+            Unavailable,
+            "The Multi-Process Service (MPS) refused or dropped this process: check its control \
+             daemon (nvidia-cuda-mps-control), or run without MPS",
+        ),
+        _ => return None,
+    })
+}
+
+/// A driver error in words with what to do: `CUDA_ERROR_X (the driver's words). What to do`.
+pub(crate) fn explain_driver_error(err: DriverError) -> String {
+    let words = describe_driver_error(err);
+    match driver_advice(err.0) {
+        Some((_, advice)) => format!("{words}. {advice}"),
+        None => words,
+    }
+}
+
+/// The crate's error for driver call `op` failing on `device` (`cuda:N`).
+pub(crate) fn driver_error(op: &'static str, device: &str, err: DriverError) -> Error {
+    let message = explain_driver_error(err);
+    match driver_advice(err.0) {
+        Some((Severity::Unavailable, _)) => Error::CudaUnavailable {
+            reason: format!("{op} failed on {device}: {message}"),
+        },
+        _ => Error::Driver {
+            op,
+            device: device.to_string(),
+            message,
+        },
+    }
+}
+
+/// The crate's error for op `op` failing on `device` because cuBLAS's `call` returned `err`.
+pub(crate) fn cublas_error(op: &'static str, device: &str, call: &str, err: CublasError) -> Error {
+    use cudarc::cublas::sys::cublasStatus_t::*;
+    let advice = match err.0 {
+        CUBLAS_STATUS_NOT_INITIALIZED => Some(
+            "cuBLAS could not start on this device: the CUDA runtime inside it failed, most often \
+             because the driver is older than cuBLAS or memory ran out; `workbook doctor` shows \
+             the versions",
+        ),
+        CUBLAS_STATUS_ALLOC_FAILED => Some(
+            "cuBLAS could not allocate its workspace on the device (that memory is outside the \
+             caching allocator): free buffers and call empty_cache(), or make the work smaller",
+        ),
+        CUBLAS_STATUS_INVALID_VALUE => Some(
+            "cuBLAS rejected the sizes or leading dimensions gpumem passed: a gpumem bug, please \
+             report it with the shapes",
+        ),
+        CUBLAS_STATUS_ARCH_MISMATCH | CUBLAS_STATUS_NOT_SUPPORTED => {
+            Some("This GPU or this cuBLAS cannot run the GEMM for these element types: try f32")
+        }
+        CUBLAS_STATUS_EXECUTION_FAILED | CUBLAS_STATUS_INTERNAL_ERROR => Some(
+            "The GEMM failed on the GPU, often because an earlier kernel faulted (the error is \
+             sticky): rerun with GPUMEM_LAUNCH_BLOCKING=1 to find the first failing op, and \
+             restart the process",
+        ),
+        _ => None,
+    };
+    Error::Driver {
+        op,
+        device: device.to_string(),
+        message: match advice {
+            Some(advice) => format!("{call} returned {:?}. {advice}", err.0),
+            None => format!("{call} returned {:?}", err.0),
+        },
+    }
+}
+
+/// The crate's error for NVRTC call `op` failing for `target` (`sm_90`, `cuda:0`, ...); `log` is
+/// NVRTC's compile log, when there is one.
+pub(crate) fn nvrtc_error(op: &'static str, target: &str, err: NvrtcError, log: &str) -> Error {
+    use cudarc::nvrtc::sys::nvrtcResult::*;
+    let advice = match err.0 {
+        NVRTC_ERROR_OUT_OF_MEMORY => Some("Host memory ran out while compiling the kernels"),
+        NVRTC_ERROR_INVALID_OPTION => Some(
+            "NVRTC rejected an option, most often an architecture it does not know (a GPU newer \
+             than this NVRTC, or one it no longer supports): `workbook doctor` lists the \
+             architectures it can target",
+        ),
+        NVRTC_ERROR_COMPILATION => Some(
+            "The kernels did not compile; NVRTC's log follows. Unless kernels.cu was edited this \
+             is a gpumem bug: please report it with the log",
+        ),
+        NVRTC_ERROR_BUILTIN_OPERATION_FAILURE => Some(
+            "NVRTC could not load its builtins library (libnvrtc-builtins.so of the same version, \
+             which must lie beside libnvrtc or on LD_LIBRARY_PATH)",
+        ),
+        _ => None,
+    };
+    let mut message = format!("{:?}", err.0);
+    if let Some(advice) = advice {
+        message = format!("{message}. {advice}");
+    }
+    if !log.trim().is_empty() {
+        message = format!("{message}:\n{}", log.trim_end());
+    }
+    Error::Driver {
+        op,
+        device: target.to_string(),
+        message,
+    }
+}
+
+/// Why NVRTC cannot be used here, as the crate's error.
+pub(crate) fn nvrtc_missing() -> Error {
+    Error::CudaUnavailable {
+        reason: format!(
+            "NVRTC could not be loaded ({} or a similar name): install the CUDA toolkit's NVRTC \
+             (or the nvidia-cuda-nvrtc wheel, see scripts/install-nvrtc.sh) and put its lib \
+             directory on LD_LIBRARY_PATH",
+            library_name("nvrtc")
+        ),
+    }
+}
+
+/// The versioned library name cudarc looks for (`libnvrtc.so.13`), for messages.
+pub(crate) fn library_name(lib: &str) -> String {
+    cudarc::get_lib_name_candidates(lib)
+        .into_iter()
+        .find(|n| n.contains(".so."))
+        .unwrap_or_else(|| format!("lib{lib}.so"))
+}
+
+/// Whether libnvrtc can be loaded (never panics).
+fn nvrtc_present() -> bool {
+    // SAFETY: only tries to open the library and closes it again.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// NVRTC's version `(major, minor)`, from `nvrtcVersion`.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    if !nvrtc_present() {
+        return Err(nvrtc_missing());
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is present; the call only writes the two integers.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| nvrtc_error("nvrtcVersion", "the host", e, ""))?;
+    Ok((major, minor))
+}
+
+/// The GPU architectures NVRTC can compile for, oldest first (`75` is `sm_75`), from
+/// `nvrtcGetSupportedArchs`.
+pub fn nvrtc_supported_archs() -> Result<Vec<u32>> {
+    use cudarc::nvrtc::sys;
+    if !nvrtc_present() {
+        return Err(nvrtc_missing());
+    }
+    let mut count = 0;
+    // SAFETY: the library is present; the call only writes the integer.
+    unsafe { sys::nvrtcGetNumSupportedArchs(&mut count) }
+        .result()
+        .map_err(|e| nvrtc_error("nvrtcGetNumSupportedArchs", "the host", e, ""))?;
+    let mut archs = vec![0; count.max(0) as usize];
+    // SAFETY: `archs` holds the `count` integers NVRTC writes.
+    unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
+        .result()
+        .map_err(|e| nvrtc_error("nvrtcGetSupportedArchs", "the host", e, ""))?;
+    let mut archs: Vec<u32> = archs.into_iter().map(|a| a.max(0) as u32).collect();
+    archs.sort_unstable();
+    Ok(archs)
 }
 
 #[cfg(test)]

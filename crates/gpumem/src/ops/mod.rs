@@ -24,7 +24,7 @@
 //! - Bad arguments (lengths that do not match the shape, buffers of different devices) are errors,
 //!   never panics.
 
-mod cuda;
+pub(crate) mod cuda;
 mod elementwise;
 mod gemm;
 mod model;
