@@ -496,4 +496,170 @@ mod tests {
         }
         assert_eq!(library_status().len(), 2);
     }
+
+    // The mapping of failures, checked on error values made here: no GPU or library is needed
+    // (without libcuda the driver's words are left out, the code's name and the advice remain).
+
+    fn driver(op: &'static str, code: sys::CUresult) -> Error {
+        driver_error(op, "cuda:0", DriverError(code))
+    }
+
+    #[test]
+    fn a_kernel_fault_says_it_is_sticky_and_how_to_find_the_op() {
+        use sys::CUresult::*;
+        for code in [
+            CUDA_ERROR_ILLEGAL_ADDRESS,
+            CUDA_ERROR_LAUNCH_FAILED,
+            CUDA_ERROR_MISALIGNED_ADDRESS,
+            CUDA_ERROR_ASSERT,
+        ] {
+            let err = driver("cuStreamSynchronize", code);
+            let text = err.to_string();
+            assert!(
+                matches!(err, Error::Driver { op: "cuStreamSynchronize", ref device, .. } if device == "cuda:0"),
+                "{text}"
+            );
+            assert!(
+                text.starts_with("cuStreamSynchronize failed on cuda:0: "),
+                "{text}"
+            );
+            assert!(text.contains(&format!("{code:?}")), "{text}");
+            assert!(text.contains("GPUMEM_LAUNCH_BLOCKING=1"), "{text}");
+            assert!(text.contains("restart the process"), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_unusable_setup_is_cuda_unavailable_with_the_fix() {
+        use sys::CUresult::*;
+        for (code, fix) in [
+            (CUDA_ERROR_NO_DEVICE, "GPUMEM_DEVICE=cpu"),
+            (CUDA_ERROR_STUB_LIBRARY, "stubs"),
+            (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "reboot"),
+            (CUDA_ERROR_DEVICE_UNAVAILABLE, "exclusive-process"),
+            (CUDA_ERROR_MPS_CONNECTION_FAILED, "MPS"),
+        ] {
+            let err = driver("cuDevicePrimaryCtxRetain", code);
+            let text = err.to_string();
+            assert!(matches!(err, Error::CudaUnavailable { .. }), "{text}");
+            assert!(
+                text.contains(&format!(
+                    "cuDevicePrimaryCtxRetain failed on cuda:0: {code:?}"
+                )),
+                "{text}"
+            );
+            assert!(text.contains(fix), "{code:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn other_driver_failures_name_the_code_and_what_to_do() {
+        use sys::CUresult::*;
+        for (code, fix) in [
+            (CUDA_ERROR_OUT_OF_MEMORY, "empty_cache()"),
+            (
+                CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+                "update the NVIDIA driver",
+            ),
+            (CUDA_ERROR_NO_BINARY_FOR_GPU, "workbook doctor"),
+            (CUDA_ERROR_INVALID_VALUE, "gpumem bug"),
+            (CUDA_ERROR_LAUNCH_TIMEOUT, "watchdog"),
+        ] {
+            let text = driver("cuModuleLoadData", code).to_string();
+            assert!(text.contains(&format!("{code:?}")), "{text}");
+            assert!(text.contains(fix), "{code:?}: {text}");
+        }
+        // A code with no advice keeps the code's name alone (and the driver's words, if loaded).
+        let text = driver("cuMemsetD8Async", CUDA_ERROR_UNKNOWN).to_string();
+        assert!(text.contains("CUDA_ERROR_UNKNOWN"), "{text}");
+        // Page-locked host memory keeps its own error, with the advice.
+        assert!(
+            explain_driver_error(DriverError(CUDA_ERROR_OUT_OF_MEMORY)).contains("cuMemHostAlloc")
+        );
+    }
+
+    #[test]
+    fn cublas_failures_name_the_call_the_status_and_what_to_do() {
+        use cudarc::cublas::sys::cublasStatus_t::*;
+        for (status, fix) in [
+            (CUBLAS_STATUS_ALLOC_FAILED, "empty_cache()"),
+            (CUBLAS_STATUS_NOT_INITIALIZED, "workbook doctor"),
+            (CUBLAS_STATUS_INVALID_VALUE, "gpumem bug"),
+            (CUBLAS_STATUS_NOT_SUPPORTED, "try f32"),
+            (CUBLAS_STATUS_EXECUTION_FAILED, "GPUMEM_LAUNCH_BLOCKING=1"),
+        ] {
+            let err = cublas_error("matmul", "cuda:1", "cublasGemmEx", CublasError(status));
+            let text = err.to_string();
+            assert!(matches!(err, Error::Driver { op: "matmul", .. }), "{text}");
+            assert!(
+                text.starts_with(&format!(
+                    "matmul failed on cuda:1: cublasGemmEx returned {status:?}. "
+                )),
+                "{text}"
+            );
+            assert!(text.contains(fix), "{status:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn nvrtc_failures_name_the_target_and_carry_the_log() {
+        use cudarc::nvrtc::sys::nvrtcResult::*;
+        let err = nvrtc_error(
+            "nvrtcCompileProgram",
+            "sm_90",
+            NvrtcError(NVRTC_ERROR_COMPILATION),
+            "kernels.cu(3): error: identifier \"x\" is undefined\n",
+        );
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                Error::Driver {
+                    op: "nvrtcCompileProgram",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("nvrtcCompileProgram failed on sm_90: NVRTC_ERROR_COMPILATION. "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(":\nkernels.cu(3): error: identifier \"x\" is undefined"),
+            "{text}"
+        );
+        for (code, fix) in [
+            (NVRTC_ERROR_INVALID_OPTION, "architectures it can target"),
+            (NVRTC_ERROR_BUILTIN_OPERATION_FAILURE, "libnvrtc-builtins"),
+            (NVRTC_ERROR_OUT_OF_MEMORY, "Host memory"),
+        ] {
+            let text =
+                nvrtc_error("nvrtcCompileProgram", "sm_80", NvrtcError(code), "").to_string();
+            assert!(
+                text.contains(&format!("{code:?}")) && text.contains(fix),
+                "{text}"
+            );
+            assert!(!text.ends_with(':'), "no log, no colon: {text}");
+        }
+        let missing = nvrtc_missing().to_string();
+        assert!(missing.contains(&library_name("nvrtc")), "{missing}");
+        assert!(missing.contains("LD_LIBRARY_PATH"), "{missing}");
+    }
+
+    #[test]
+    fn nvrtc_reports_its_version_and_architectures_where_it_loads() {
+        match (nvrtc_version(), nvrtc_supported_archs()) {
+            (Ok((major, _)), Ok(archs)) => {
+                assert!(major >= 11, "{major}");
+                assert!(!archs.is_empty());
+                assert!(archs.windows(2).all(|w| w[0] < w[1]), "{archs:?}");
+            }
+            (Err(a), Err(b)) => {
+                assert!(matches!(a, Error::CudaUnavailable { .. }), "{a}");
+                assert!(matches!(b, Error::CudaUnavailable { .. }), "{b}");
+            }
+            (a, b) => panic!("the two NVRTC queries disagree: {a:?} / {b:?}"),
+        }
+    }
 }
