@@ -54,6 +54,7 @@ pub fn run() -> Health {
             Err(why) => row(lib, format!("does not load: {why}")),
         }
     }
+    describe_nvrtc();
 
     println!("\nDevices");
     let mut devices = vec![Ok(Device::cpu())];
@@ -145,6 +146,44 @@ pub fn run() -> Health {
     health
 }
 
+/// NVRTC's version and the architectures it compiles the kernels for (nothing when it does not
+/// load: the NVRTC row above says why).
+fn describe_nvrtc() {
+    let Ok((major, minor)) = gpumem::cuda::nvrtc_version() else {
+        return;
+    };
+    row(
+        "NVRTC version",
+        format!(
+            "{major}.{minor} (its PTX, used when it has no machine code for a GPU, needs a driver of CUDA {major}.{minor} or newer)"
+        ),
+    );
+    match gpumem::cuda::nvrtc_supported_archs() {
+        Ok(archs) => row(
+            "NVRTC targets",
+            archs
+                .iter()
+                .map(|a| format!("sm_{a}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        Err(e) => row("NVRTC targets", format!("unknown: {e}")),
+    }
+}
+
+/// Whether NVRTC makes machine code for a GPU of compute capability `major.minor`, in words.
+fn kernels_for(major: u32, minor: u32) -> String {
+    match gpumem::cuda::nvrtc_supported_archs() {
+        Ok(archs) if archs.contains(&(major * 10 + minor)) => {
+            format!("kernels: NVRTC makes machine code for sm_{major}{minor}")
+        }
+        Ok(_) => format!(
+            "kernels: NVRTC does not know sm_{major}{minor}; they go as PTX for the driver to compile"
+        ),
+        Err(_) => "kernels: NVRTC does not load, so the element-wise ops cannot run".to_string(),
+    }
+}
+
 fn describe_device(dev: &gpumem::Device) {
     let name = dev.to_string();
     match dev.properties() {
@@ -157,6 +196,7 @@ fn describe_device(dev: &gpumem::Device) {
                     format_bytes(p.total_memory),
                     p.multi_processor_count
                 ));
+                more(kernels_for(major, minor));
             } else {
                 more(format!(
                     "{} capacity, {} cores",

@@ -29,6 +29,32 @@ fn doctor_exits_zero_and_shows_the_smoke_test() {
 }
 
 #[test]
+fn doctor_reports_nvrtc_version_and_targets_where_it_loads() {
+    let (output, stdout, stderr) = common::run(common::workbook().arg("doctor"));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    match gpumem::cuda::nvrtc_version() {
+        Ok((major, minor)) => {
+            assert!(
+                stdout.contains(&format!("NVRTC version         {major}.{minor} (")),
+                "{stdout}"
+            );
+            let oldest = gpumem::cuda::nvrtc_supported_archs().expect("NVRTC loads")[0];
+            assert!(
+                stdout.contains(&format!("NVRTC targets         sm_{oldest}")),
+                "{stdout}"
+            );
+        }
+        Err(_) => {
+            assert!(
+                stdout.contains("NVRTC                 does not load: "),
+                "{stdout}"
+            );
+            assert!(!stdout.contains("NVRTC version"), "{stdout}");
+        }
+    }
+}
+
+#[test]
 fn a_malformed_alloc_conf_is_named_and_fails_doctor() {
     let (output, stdout, _) = common::run(
         common::workbook()
