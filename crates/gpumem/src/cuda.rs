@@ -86,7 +86,7 @@ fn run_probe() -> Probe {
         } else {
             format!(
                 "the CUDA driver failed to initialise: {}",
-                describe_driver_error(err)
+                explain_driver_error(err)
             )
         });
         return found;
@@ -97,7 +97,7 @@ fn run_probe() -> Probe {
         Err(err) => {
             found.unavailable = Some(format!(
                 "the CUDA driver could not count devices: {}",
-                describe_driver_error(err)
+                explain_driver_error(err)
             ))
         }
     }
