@@ -247,8 +247,9 @@ fn driver_advice(code: sys::CUresult) -> Option<(Severity, &'static str)> {
         ),
         CUDA_ERROR_UNSUPPORTED_PTX_VERSION | CUDA_ERROR_INVALID_PTX => (
             Failed,
-            "The PTX is newer than this driver can compile: update the NVIDIA driver, or use an \
-             NVRTC no newer than the driver (`workbook doctor` shows both versions)",
+            "The driver could not compile the PTX, most often because an NVRTC newer than the \
+             driver made it: update the NVIDIA driver, or use an NVRTC no newer than the driver \
+             (`workbook doctor` shows both versions)",
         ),
         CUDA_ERROR_JIT_COMPILER_NOT_FOUND | CUDA_ERROR_JIT_COMPILATION_DISABLED => (
             Failed,
@@ -353,9 +354,9 @@ pub(crate) fn cublas_error(op: &'static str, device: &str, call: &str, err: Cubl
     use cudarc::cublas::sys::cublasStatus_t::*;
     let advice = match err.0 {
         CUBLAS_STATUS_NOT_INITIALIZED => Some(
-            "cuBLAS could not start on this device: the CUDA runtime inside it failed, most often \
-             because the driver is older than cuBLAS or memory ran out; `workbook doctor` shows \
-             the versions",
+            "cuBLAS could not start on this device: the CUDA runtime inside it failed (a driver \
+             older than this cuBLAS, or no memory left) or the hardware setup is wrong; `workbook \
+             doctor` shows the versions",
         ),
         CUBLAS_STATUS_ALLOC_FAILED => Some(
             "cuBLAS could not allocate its workspace on the device (that memory is outside the \
@@ -369,9 +370,9 @@ pub(crate) fn cublas_error(op: &'static str, device: &str, call: &str, err: Cubl
             Some("This GPU or this cuBLAS cannot run the GEMM for these element types: try f32")
         }
         CUBLAS_STATUS_EXECUTION_FAILED | CUBLAS_STATUS_INTERNAL_ERROR => Some(
-            "The GEMM failed on the GPU, often because an earlier kernel faulted (the error is \
-             sticky): rerun with GPUMEM_LAUNCH_BLOCKING=1 to find the first failing op, and \
-             restart the process",
+            "The GEMM failed on the GPU. If an earlier kernel faulted, every later call fails too \
+             (the error is sticky): rerun with GPUMEM_LAUNCH_BLOCKING=1 to find the first failing \
+             op, and restart the process",
         ),
         _ => None,
     };
