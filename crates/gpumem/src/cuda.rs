@@ -64,20 +64,8 @@ fn run_probe() -> Probe {
         device_count: 0,
         driver_version,
     };
-    // cudarc's bindings for CUDA 13 load symbols a CUDA 12 driver lacks (`cuEventElapsedTime_v2`),
-    // and a missing symbol is a panic: an older driver is refused here, with what to do.
-    if let Some(version) = driver_version.filter(|&v| v < BUILT_FOR_CUDA) {
-        let instead = if BUILT_FOR_CUDA > 12000 && version >= 12000 {
-            ", or build with --no-default-features --features gpumem/cuda-12"
-        } else {
-            ""
-        };
-        found.unavailable = Some(format!(
-            "the NVIDIA driver supports CUDA {}, older than the CUDA {} this build of gpumem is for: \
-             update the driver{instead}",
-            version_words(version),
-            version_words(BUILT_FOR_CUDA)
-        ));
+    if let Some(reason) = driver_version.and_then(|v| driver_too_old(v, BUILT_FOR_CUDA)) {
+        found.unavailable = Some(reason);
         return found;
     }
     if let Err(err) = result::init() {
@@ -128,6 +116,27 @@ pub const BUILT_FOR_CUDA: i32 = if cfg!(feature = "cuda-12") {
 } else {
     13000
 };
+
+/// Why a driver supporting CUDA `version` cannot run a build for CUDA `built_for`, if it cannot.
+///
+/// cudarc's bindings for CUDA 13 load symbols a CUDA 12 driver lacks (`cuEventElapsedTime_v2`),
+/// and a missing symbol is a panic: an older driver is refused up front, with what to do.
+fn driver_too_old(version: i32, built_for: i32) -> Option<String> {
+    if version >= built_for {
+        return None;
+    }
+    let instead = if built_for > 12000 && version >= 12000 {
+        ", or build with --no-default-features --features gpumem/cuda-12"
+    } else {
+        ""
+    };
+    Some(format!(
+        "the NVIDIA driver supports CUDA {}, older than the CUDA {} this build of gpumem is for: \
+         update the driver{instead}",
+        version_words(version),
+        version_words(built_for)
+    ))
+}
 
 /// Words for a version as `cuDriverGetVersion` and NVRTC count it: `13000` is `13.0`.
 fn version_words(version: i32) -> String {
@@ -496,6 +505,22 @@ mod tests {
             assert_eq!(driver_version(), None);
         }
         assert_eq!(library_status().len(), 2);
+    }
+
+    #[test]
+    fn a_driver_older_than_the_build_is_refused_with_what_to_do() {
+        assert_eq!(driver_too_old(13000, 13000), None);
+        assert_eq!(driver_too_old(13020, 13000), None);
+        assert_eq!(driver_too_old(12080, 12000), None);
+        let reason = driver_too_old(12040, 13000).expect("12.4 cannot run a CUDA 13 build");
+        assert!(
+            reason.contains("supports CUDA 12.4, older than the CUDA 13.0"),
+            "{reason}"
+        );
+        assert!(reason.contains("--features gpumem/cuda-12"), "{reason}");
+        // A CUDA 11 driver: no build of gpumem fits it, only a newer driver does.
+        let reason = driver_too_old(11080, 12000).expect("11.8 cannot run a CUDA 12 build");
+        assert!(reason.ends_with("update the driver"), "{reason}");
     }
 
     // The mapping of failures, checked on error values made here: no GPU or library is needed
