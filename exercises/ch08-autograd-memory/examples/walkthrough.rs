@@ -64,13 +64,13 @@ fn main() -> anyhow::Result<()> {
             kib(saved)
         );
         println!(
-            "  {label:<10}  no_grad         {:>22}  {:>20}  {:>5}",
+            "  {label:<10}  no_grad         {:>22}  {:>26}  {:>5}",
             kib(without),
             "-",
             0
         );
         println!(
-            "  {label:<10}  inference_mode  {:>22}  {:>20}  {:>5}",
+            "  {label:<10}  inference_mode  {:>22}  {:>26}  {:>5}",
             kib(inference),
             "-",
             0
