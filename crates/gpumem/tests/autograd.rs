@@ -593,3 +593,47 @@ fn checkpoint_reaches_parameters_when_no_input_requires_grad_and_is_plain_under_
     assert!(checkpoint_sequential(&layers, 0, &x).is_err());
     assert!(checkpoint_sequential(&layers, 9, &x).is_err());
 }
+
+#[test]
+fn checkpoint_passes_gradients_to_its_inputs_and_nests() {
+    let dev = device();
+    let mut rng = XorShift::new(4);
+    let (model, _, _) = deep(&dev);
+    let layers = model.as_layers();
+    let x = Tensor::<f32>::uniform(&dev, &[8, 32], -1.0, 1.0, &mut rng)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let plain = |x: &Tensor| -> (Vec<f32>, Vec<f32>) {
+        let loss = checkpoint_sequential(&layers, 1, x).unwrap().sum().unwrap();
+        loss.backward().unwrap();
+        let dx = x.grad().unwrap().to_vec().unwrap();
+        let dw = model.layers[0].weight.grad().unwrap().to_vec().unwrap();
+        x.clear_grad();
+        model.zero_grad();
+        (dx, dw)
+    };
+    let want = plain(&x);
+    // Two segments of four layers, each itself checkpointed in two segments of two.
+    let inner = |range: std::ops::Range<usize>| -> Layer<f32> {
+        let segment: Vec<Layer<f32>> = layers[range].to_vec();
+        std::rc::Rc::new(move |t: &Tensor| checkpoint_sequential(&segment, 2, t))
+    };
+    let outer: Vec<Layer<f32>> = vec![inner(0..4), inner(4..8)];
+    let before = autograd::forward_ops("linear");
+    let loss = checkpoint_sequential(&outer, 2, &x).unwrap().sum().unwrap();
+    loss.backward().unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec().unwrap(),
+        want.0,
+        "input gradient"
+    );
+    assert_eq!(
+        model.layers[0].weight.grad().unwrap().to_vec().unwrap(),
+        want.1,
+        "first weight's gradient"
+    );
+    // Forward 8; the outer segment recomputed (4), within it the inner checkpoint's first two
+    // layers again (2); the last segment's inner checkpoint recomputes its first two (2).
+    assert_eq!(autograd::forward_ops("linear") - before, 8 + 4 + 2 + 2);
+}
