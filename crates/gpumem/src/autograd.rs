@@ -1176,13 +1176,14 @@ fn run_engine<T: Float>(root: Rc<Node<T>>, grad: Buffer<T>, retain_graph: bool) 
 /// `retain_graph`; an error once they are gone.
 fn take_saved<T: Float>(node: &Node<T>, retain_graph: bool) -> Result<Vec<Saved<T>>> {
     let mut state = node.saved.borrow_mut();
-    match &*state {
+    match std::mem::replace(&mut *state, SavedState::Freed) {
         // A node that saved nothing frees nothing, and torch lets it run again.
-        SavedState::Live(saved) if retain_graph || saved.is_empty() => Ok(saved.clone()),
-        SavedState::Live(_) => match std::mem::replace(&mut *state, SavedState::Freed) {
-            SavedState::Live(saved) => Ok(saved),
-            _ => unreachable!("matched Live above"),
-        },
+        SavedState::Live(saved) if retain_graph || saved.is_empty() => {
+            let handles = saved.clone();
+            *state = SavedState::Live(saved);
+            Ok(handles)
+        }
+        SavedState::Live(saved) => Ok(saved),
         SavedState::Freed => Err(autograd_error(format!(
             "Trying to backward through the graph a second time (or directly access saved \
              tensors after they have already been freed). Saved intermediate values of the graph \
@@ -1191,10 +1192,13 @@ fn take_saved<T: Float>(node: &Node<T>, retain_graph: bool) -> Result<Vec<Saved<
              tensors after calling backward. (node {})",
             node.name
         ))),
-        SavedState::Discarded => Err(autograd_error(format!(
-            "node {} was recorded inside checkpoint's first forward and saved nothing",
-            node.name
-        ))),
+        SavedState::Discarded => {
+            *state = SavedState::Discarded;
+            Err(autograd_error(format!(
+                "node {} was recorded inside checkpoint's first forward and saved nothing",
+                node.name
+            )))
+        }
     }
 }
 
