@@ -166,6 +166,12 @@ impl<T: Element> Buffer<T> {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
+    /// Whether this is the only handle to its memory (no other buffer shares it), so that the
+    /// autograd may take it over or write into it.
+    pub(crate) fn is_only_handle(&self) -> bool {
+        Arc::strong_count(&self.storage) == 1
+    }
+
     fn check_len(&self, actual: usize) -> Result<()> {
         if actual == self.len {
             Ok(())

@@ -96,6 +96,13 @@ pub enum Error {
         /// The driver's words.
         message: String,
     },
+    /// Autograd was asked for something its graph cannot do (a second backward through freed saved
+    /// tensors, backward from a tensor that does not require grad, ...); the message is torch's.
+    #[error("{message}")]
+    Autograd {
+        /// What went wrong and what to do about it.
+        message: String,
+    },
     /// Host memory could not be obtained.
     #[error("could not allocate {} of host memory: {reason}", format_bytes(*size as u64))]
     HostAlloc {

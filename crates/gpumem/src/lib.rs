@@ -5,11 +5,13 @@
 //! - raw: [`backend`] with [`backend_cpu`] and [`backend_cuda`] — reserve, release, copy;
 //! - policy: [`allocator`] — pools, blocks, splitting, stats; it knows nothing of CUDA;
 //! - safe surface: [`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`], stats;
-//! - compute: [`ops`] — GEMM, element-wise kernels and a tiny model, on both devices.
+//! - compute: [`ops`] — GEMM, element-wise kernels and a tiny model, on both devices;
+//! - [`autograd`] — tensors that record a graph, save what torch saves, and free it in backward.
 
 #![warn(missing_docs)]
 
 pub mod allocator;
+pub mod autograd;
 pub mod backend;
 pub mod backend_cpu;
 pub mod backend_cuda;

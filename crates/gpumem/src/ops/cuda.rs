@@ -112,6 +112,56 @@ pub(crate) fn kernel_source() -> (String, Vec<String>) {
             format!("const {c}* a, const {c}* b, gm_u64 n, double* out"),
             "gm_sq_diff_sum(a, b, n, out)".into(),
         );
+        entry(
+            format!("fill_{n}"),
+            format!("{c}* x, float v, gm_u64 n"),
+            "gm_fill(x, v, n)".into(),
+        );
+        entry(
+            format!("mul_{n}"),
+            format!("const {c}* a, const {c}* b, {c}* y, gm_u64 n"),
+            "gm_mul(a, b, y, n)".into(),
+        );
+        entry(
+            format!("scale_by_{n}"),
+            format!("{c}* x, const {c}* s, gm_u64 n"),
+            "gm_scale_by(x, s, n)".into(),
+        );
+        entry(
+            format!("f64_div_{n}"),
+            format!("const double* s, gm_u64 d, {c}* y"),
+            "gm_f64_div(s, d, y)".into(),
+        );
+        entry(
+            format!("gelu_{n}"),
+            format!("const {c}* x, {c}* y, gm_u64 n"),
+            "gm_gelu(x, y, n)".into(),
+        );
+        entry(
+            format!("gelu_backward_{n}"),
+            format!("const {c}* g, const {c}* x, {c}* dx, gm_u64 n"),
+            "gm_gelu_backward(g, x, dx, n)".into(),
+        );
+        entry(
+            format!("log_softmax_{n}"),
+            format!("const {c}* x, {c}* y, gm_u64 rows, gm_u64 cols"),
+            "gm_log_softmax(x, y, rows, cols)".into(),
+        );
+        entry(
+            format!("log_softmax_backward_{n}"),
+            format!("const {c}* g, const {c}* y, {c}* dx, gm_u64 rows, gm_u64 cols"),
+            "gm_log_softmax_backward(g, y, dx, rows, cols)".into(),
+        );
+        entry(
+            format!("nll_sum_{n}"),
+            format!("const {c}* logp, const long long* t, gm_u64 rows, gm_u64 cols, double* out"),
+            "gm_nll_sum(logp, t, rows, cols, out)".into(),
+        );
+        entry(
+            format!("nll_backward_{n}"),
+            format!("const {c}* g, const long long* t, {c}* dx, gm_u64 rows, gm_u64 cols"),
+            "gm_nll_backward(g, t, dx, rows, cols)".into(),
+        );
         for u in DType::ALL {
             let (m, d) = (u.name(), c_type(u));
             entry(
@@ -616,7 +666,7 @@ mod tests {
     #[test]
     fn every_entry_point_has_a_unique_name() {
         let (src, names) = kernel_source();
-        assert_eq!(names.len(), 8 * 3 + 3 * 9);
+        assert_eq!(names.len(), 18 * 3 + 3 * 9);
         let unique: std::collections::HashSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
         for name in &names {

@@ -10,7 +10,13 @@ use crate::device::Device;
 use crate::error::Result;
 
 /// Launches `kernel` on `dev` (a cuda device) over `work` items.
-fn launch(dev: &Device, op: &'static str, kernel: &str, work: usize, args: &[Arg]) -> Result<()> {
+pub(super) fn launch(
+    dev: &Device,
+    op: &'static str,
+    kernel: &str,
+    work: usize,
+    args: &[Arg],
+) -> Result<()> {
     let backend = dev
         .cuda_backend()
         .ok_or_else(|| invalid(op, dev, "kernels run on cuda devices only".into()))?;

@@ -164,3 +164,104 @@ __device__ __forceinline__ void gm_sq_diff_sum(const T* a, const T* b, gm_u64 n,
     part[threadIdx.x] = s;
     gm_block_sum_into(part, out);
 }
+
+// ---- Kernels of the autograd's ops (`ops/grad.rs`). ----
+
+template <typename T>
+__device__ __forceinline__ void gm_fill(T* x, float v, gm_u64 n) {
+    GM_FOR_EACH(i, n) gm_store(x, i, v);
+}
+
+template <typename T>
+__device__ __forceinline__ void gm_mul(const T* a, const T* b, T* y, gm_u64 n) {
+    GM_FOR_EACH(i, n) gm_store(y, i, __fmul_rn(gm_load(a, i), gm_load(b, i)));
+}
+
+// x[i] <- x[i] * s[0]: a gradient times an upstream scalar gradient that lives on the device.
+template <typename T>
+__device__ __forceinline__ void gm_scale_by(T* x, const T* s, gm_u64 n) {
+    float f = gm_load(s, 0);
+    GM_FOR_EACH(i, n) gm_store(x, i, __fmul_rn(gm_load(x, i), f));
+}
+
+// y[0] <- s[0] / d: a sum accumulated in double, divided (1 for a sum, n for a mean), rounded once.
+template <typename T>
+__device__ __forceinline__ void gm_f64_div(const double* s, gm_u64 d, T* y) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) gm_store(y, 0, (float)(s[0] / (double)d));
+}
+
+// GELU, tanh approximation (torch's approximate="tanh").
+#define GM_GELU_K 0.7978845608028654f
+#define GM_GELU_C 0.044715f
+
+template <typename T>
+__device__ __forceinline__ void gm_gelu(const T* x, T* y, gm_u64 n) {
+    GM_FOR_EACH(i, n) {
+        float v = gm_load(x, i);
+        float inner = __fmul_rn(GM_GELU_K, __fadd_rn(v, __fmul_rn(GM_GELU_C, __fmul_rn(v, __fmul_rn(v, v)))));
+        float t = tanhf(inner);
+        gm_store(y, i, __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, t)));
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void gm_gelu_backward(const T* g, const T* x, T* dx, gm_u64 n) {
+    GM_FOR_EACH(i, n) {
+        float v = gm_load(x, i);
+        float v2 = __fmul_rn(v, v);
+        float inner = __fmul_rn(GM_GELU_K, __fadd_rn(v, __fmul_rn(GM_GELU_C, __fmul_rn(v, v2))));
+        float t = tanhf(inner);
+        float d_inner = __fmul_rn(GM_GELU_K, __fadd_rn(1.0f, __fmul_rn(3.0f * GM_GELU_C, v2)));
+        float left = __fmul_rn(0.5f, __fadd_rn(1.0f, t));
+        float right = __fmul_rn(__fmul_rn(0.5f, v), __fmul_rn(__fsub_rn(1.0f, __fmul_rn(t, t)), d_inner));
+        gm_store(dx, i, __fmul_rn(gm_load(g, i), __fadd_rn(left, right)));
+    }
+}
+
+// One thread per row: y = x - max - log(sum(exp(x - max))), the sum in double.
+template <typename T>
+__device__ __forceinline__ void gm_log_softmax(const T* x, T* y, gm_u64 rows, gm_u64 cols) {
+    GM_FOR_EACH(r, rows) {
+        float m = __int_as_float(0xff800000);
+        for (gm_u64 c = 0; c < cols; ++c) m = fmaxf(m, gm_load(x, r * cols + c));
+        double s = 0.0;
+        for (gm_u64 c = 0; c < cols; ++c) s += exp((double)__fsub_rn(gm_load(x, r * cols + c), m));
+        float lse = __fadd_rn(m, (float)log(s));
+        for (gm_u64 c = 0; c < cols; ++c)
+            gm_store(y, r * cols + c, __fsub_rn(gm_load(x, r * cols + c), lse));
+    }
+}
+
+// One thread per row: dx = g - exp(y) * sum(g), the sum in double.
+template <typename T>
+__device__ __forceinline__ void gm_log_softmax_backward(const T* g, const T* y, T* dx, gm_u64 rows,
+                                                        gm_u64 cols) {
+    GM_FOR_EACH(r, rows) {
+        double s = 0.0;
+        for (gm_u64 c = 0; c < cols; ++c) s += (double)gm_load(g, r * cols + c);
+        float sf = (float)s;
+        for (gm_u64 c = 0; c < cols; ++c) {
+            gm_u64 i = r * cols + c;
+            gm_store(dx, i, __fsub_rn(gm_load(g, i), __fmul_rn((float)exp((double)gm_load(y, i)), sf)));
+        }
+    }
+}
+
+// Adds -sum over rows of logp[r, target[r]] into *out (targets checked on the host).
+template <typename T>
+__device__ __forceinline__ void gm_nll_sum(const T* logp, const long long* t, gm_u64 rows,
+                                           gm_u64 cols, double* out) {
+    __shared__ double part[GM_THREADS];
+    double s = 0.0;
+    GM_FOR_EACH(r, rows) s -= (double)gm_load(logp, r * cols + (gm_u64)t[r]);
+    part[threadIdx.x] = s;
+    gm_block_sum_into(part, out);
+}
+
+// dx[r, target[r]] = -g[0] / rows; dx is zeroed by the caller.
+template <typename T>
+__device__ __forceinline__ void gm_nll_backward(const T* g, const long long* t, T* dx, gm_u64 rows,
+                                                gm_u64 cols) {
+    float v = __fdiv_rn(-gm_load(g, 0), (float)rows);
+    GM_FOR_EACH(r, rows) gm_store(dx, r * cols + (gm_u64)t[r], v);
+}

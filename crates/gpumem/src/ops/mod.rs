@@ -7,6 +7,8 @@
 //!   [`add_bias`], [`unscale_and_check`], ...): NVRTC kernels on cuda, compiled once per device at
 //!   first use; plain loops on cpu. Both round every result the same way (no fused multiply-add;
 //!   sums accumulate in f64), so a cpu run predicts a cuda run.
+//! - The kernels of [`crate::autograd`]'s ops ([`mul`], [`gelu`], [`log_softmax`], [`nll_loss`],
+//!   reductions to a one-element device buffer, ...): the same two paths.
 //! - A tiny model: [`Linear`] layers, [`Mlp`], [`mse_loss`], hand-written backward, SGD.
 //!
 //! Conventions, the same on both devices:
@@ -27,6 +29,7 @@
 pub(crate) mod cuda;
 mod elementwise;
 mod gemm;
+mod grad;
 mod model;
 mod random;
 
@@ -35,6 +38,10 @@ pub use elementwise::{
     sum, unscale_and_check, zero,
 };
 pub use gemm::{MatMul, gemm_into, matmul, matmul_f32};
+pub use grad::{
+    check_targets, fill, gelu, gelu_backward, log_softmax, log_softmax_backward,
+    mse_loss_to_device, mul, nll_loss, nll_loss_backward, scale_by, sum_to_device,
+};
 pub use model::{Linear, LinearGrads, LinearSaved, Mlp, MlpGrads, MlpSaved};
 pub use random::XorShift;
 

@@ -1,0 +1,297 @@
+//! Graded tests for chapter 8: what autograd keeps.
+
+use ch08_autograd_memory::{
+    Batch, ForwardMemory, LossLog, PREDICT_SIZES, backward_twice, evaluate, kept_by_times_two,
+    kept_by_times_two_then_gelu, predict_forward_memory,
+};
+use gpumem::Device;
+use gpumem::autograd::{self, Activation, Mlp, Tensor, mse_loss};
+use gpumem::ops::XorShift;
+use gpumem::testing::assert_close;
+
+/// The model of the loop tests: 32 inputs, two hidden layers of 128, 4 outputs.
+const SIZES: [usize; 4] = [32, 128, 128, 4];
+
+/// A generator with a fresh seed, printed so that a failure can be reproduced.
+fn rng() -> XorShift {
+    let rng = XorShift::fresh();
+    println!("seed {}", rng.seed());
+    rng
+}
+
+fn model(dev: &Device, rng: &mut XorShift) -> anyhow::Result<Mlp> {
+    Ok(Mlp::new(dev, &SIZES, Activation::Relu, rng)?)
+}
+
+fn batches(dev: &Device, rng: &mut XorShift, count: usize) -> anyhow::Result<Vec<Batch>> {
+    (0..count)
+        .map(|_| Ok(Batch::random(dev, rng, 16, SIZES[0], SIZES[3])?))
+        .collect()
+}
+
+// ---- predict, then measure ----
+
+/// Runs the prediction's scenario and reads what the allocator counts.
+fn measure_forward(
+    dev: &Device,
+    rows: usize,
+    activation: Activation,
+) -> anyhow::Result<ForwardMemory> {
+    let mut rng = rng();
+    let model = Mlp::<f32>::new(dev, &PREDICT_SIZES, activation, &mut rng)?;
+    let batch = Batch::random(dev, &mut rng, rows, PREDICT_SIZES[0], PREDICT_SIZES[3])?;
+    let start = dev.memory_allocated();
+    let out = model.forward(&batch.x)?;
+    let with_grad = dev.memory_allocated() - start;
+    drop(out);
+    assert_eq!(
+        dev.memory_allocated(),
+        start,
+        "dropping the output frees its graph"
+    );
+    let out = {
+        let _no_grad = autograd::no_grad();
+        model.forward(&batch.x)?
+    };
+    let without_grad = dev.memory_allocated() - start;
+    drop(out);
+    Ok(ForwardMemory {
+        with_grad,
+        without_grad,
+    })
+}
+
+fn check_prediction(
+    rows: usize,
+    activation: Activation,
+    want: ForwardMemory,
+) -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let measured = measure_forward(&dev, rows, activation)?;
+    assert_eq!(measured, want, "the allocator's numbers");
+    assert_eq!(
+        predict_forward_memory(rows, activation),
+        measured,
+        "your prediction (left) against the measurement (right)"
+    );
+    Ok(())
+}
+
+#[test]
+fn prediction_for_relu_and_64_rows_matches_the_allocator() -> anyhow::Result<()> {
+    check_prediction(
+        64,
+        Activation::Relu,
+        ForwardMemory {
+            with_grad: 133_632,
+            without_grad: 2_560,
+        },
+    )
+}
+
+#[test]
+fn prediction_for_gelu_and_64_rows_matches_the_allocator() -> anyhow::Result<()> {
+    check_prediction(
+        64,
+        Activation::Gelu,
+        ForwardMemory {
+            with_grad: 264_704,
+            without_grad: 2_560,
+        },
+    )
+}
+
+#[test]
+fn prediction_for_relu_and_3_rows_matches_the_allocator() -> anyhow::Result<()> {
+    check_prediction(
+        3,
+        Activation::Relu,
+        ForwardMemory {
+            with_grad: 6_656,
+            without_grad: 512,
+        },
+    )
+}
+
+// ---- evaluate ----
+
+#[test]
+fn evaluate_returns_the_mean_loss_and_leaves_grad_mode_as_it_was() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = model(&dev, &mut rng)?;
+    let data = batches(&dev, &mut rng, 3)?;
+    let mut want = 0.0;
+    for b in &data {
+        want += b.loss(&model)?.item()? as f64 / 3.0;
+    }
+    let got = evaluate(&model, &data)? as f64;
+    assert_close("mean loss", &[got], &[want], 1e-6);
+    assert!(
+        autograd::is_grad_enabled(),
+        "grad mode is on again after evaluate"
+    );
+    assert!(
+        model.parameters().iter().all(|p| p.grad().is_none()),
+        "no backward ran"
+    );
+    Ok(())
+}
+
+#[test]
+fn evaluate_peaks_at_one_batch_without_a_graph() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = model(&dev, &mut rng)?;
+    let data = batches(&dev, &mut rng, 4)?;
+    let start = dev.memory_allocated();
+    // One batch's loss with nothing saved: the peak evaluate must not exceed.
+    dev.reset_peak_memory_stats();
+    {
+        let _no_grad = autograd::no_grad();
+        data[0].loss(&model)?.item()?;
+    }
+    let one_batch = dev.max_memory_allocated() - start;
+    // The same with the graph kept, for the message.
+    dev.reset_peak_memory_stats();
+    data[0].loss(&model)?.item()?;
+    let with_graph = dev.max_memory_allocated() - start;
+    dev.reset_peak_memory_stats();
+    evaluate(&model, &data)?;
+    let peak = dev.max_memory_allocated() - start;
+    assert_eq!(
+        peak, one_batch,
+        "evaluate's peak above the model and data: {peak} B; one batch without a graph: \
+         {one_batch} B, with its graph: {with_graph} B"
+    );
+    assert_eq!(dev.memory_allocated(), start);
+    Ok(())
+}
+
+// ---- the loss log ----
+
+#[test]
+fn loss_log_keeps_no_graph_while_the_loop_runs() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = model(&dev, &mut rng)?;
+    let data = batches(&dev, &mut rng, 6)?;
+    let start = dev.memory_allocated();
+    let mut log = LossLog::default();
+    for (step, batch) in data.iter().enumerate() {
+        let loss = batch.loss(&model)?;
+        log.record(&loss)?;
+        drop(loss);
+        assert_eq!(
+            dev.memory_allocated() - start,
+            0,
+            "after recording step {step}'s loss and dropping it, the log holds device memory"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn loss_log_mean_is_the_mean_of_the_losses_and_backward_still_works() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = model(&dev, &mut rng)?;
+    let data = batches(&dev, &mut rng, 4)?;
+    let mut log = LossLog::default();
+    let mut want = 0.0f64;
+    for batch in &data {
+        let loss = batch.loss(&model)?;
+        log.record(&loss)?;
+        want += loss.item()? as f64 / 4.0;
+        loss.backward()?;
+        model.sgd_step(0.01)?;
+        model.zero_grad();
+    }
+    assert_close("mean loss", &[log.mean() as f64], &[want], 1e-6);
+    Ok(())
+}
+
+// ---- retain_graph ----
+
+#[test]
+fn backward_twice_gives_the_gradient_of_the_sum() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = model(&dev, &mut rng)?;
+    let b = Batch::random(&dev, &mut rng, 16, SIZES[0], SIZES[3])?;
+    let t2 = Tensor::uniform(&dev, &[16, SIZES[3]], -1.0, 1.0, &mut rng)?;
+    let out = model.forward(&b.x)?;
+    mse_loss(&out, &b.t)?
+        .add(&mse_loss(&out, &t2)?)?
+        .backward()?;
+    let want: Vec<f64> = grads(&model)?;
+    model.zero_grad();
+    drop(out);
+    backward_twice(&model, &b.x, &b.t, &t2)?;
+    assert_close("gradients", &grads(&model)?, &want, 1e-5);
+    Ok(())
+}
+
+fn grads(model: &Mlp) -> anyhow::Result<Vec<f64>> {
+    let mut out = Vec::new();
+    for p in model.parameters() {
+        let g = p
+            .grad()
+            .ok_or_else(|| anyhow::anyhow!("a parameter has no gradient"))?;
+        out.extend(g.to_vec()?.into_iter().map(f64::from));
+    }
+    Ok(out)
+}
+
+#[test]
+fn backward_twice_frees_the_graph_with_the_second_backward() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut rng = rng();
+    let model = model(&dev, &mut rng)?;
+    let b = Batch::random(&dev, &mut rng, 16, SIZES[0], SIZES[3])?;
+    let t2 = Tensor::uniform(&dev, &[16, SIZES[3]], -1.0, 1.0, &mut rng)?;
+    let start = dev.memory_allocated();
+    let out = backward_twice(&model, &b.x, &b.t, &t2)?;
+    assert_eq!(
+        out.graph_saved_bytes(),
+        0,
+        "the output's graph still holds saved tensors"
+    );
+    let gradient_blocks: u64 = model
+        .parameters()
+        .iter()
+        .map(|p| p.data().block_bytes() as u64)
+        .sum();
+    // Left: the gradients and the output's own block (16 × 4 f32: 512 B).
+    assert_eq!(dev.memory_allocated() - start, gradient_blocks + 512);
+    Ok(())
+}
+
+// ---- the source's example, corrected ----
+
+#[test]
+fn times_two_keeps_only_its_result_with_or_without_no_grad() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    // 1000 × 1000 f32 is 4,000,000 B; its block is rounded up to a multiple of 512 B.
+    let block = 4_000_256;
+    assert_eq!(kept_by_times_two(&dev, 1000, false)?, block, "with grad");
+    assert_eq!(kept_by_times_two(&dev, 1000, true)?, block, "under no_grad");
+    Ok(())
+}
+
+#[test]
+fn times_two_then_gelu_keeps_the_product_only_with_grad() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let block = 40_448; // 100 × 100 f32 is 40,000 B, rounded up to a multiple of 512
+    assert_eq!(
+        kept_by_times_two_then_gelu(&dev, 100, true)?,
+        block,
+        "under no_grad"
+    );
+    assert_eq!(
+        kept_by_times_two_then_gelu(&dev, 100, false)?,
+        2 * block,
+        "with grad: the result and gelu's saved input"
+    );
+    Ok(())
+}
