@@ -26,6 +26,9 @@ pub const MIN_LARGE_ALLOC: usize = 10 << 20;
 /// Rounding of large segments (`kRoundLarge`).
 pub const ROUND_LARGE: usize = 2 << 20;
 
+/// Requests of this many bytes or more are refused at once, as torch's `allocate` does (2^60).
+pub const ONE_EXA_BYTE: u64 = 1 << 60;
+
 /// A stream as the allocator sees it: blocks are cached per stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize)]
 pub struct StreamId(pub u64);
@@ -208,6 +211,12 @@ impl<B: RawMemory> CachingAllocator<B> {
 
     /// Allocates at least `size` bytes for use on `stream`. `size` 0 is an error-free empty block.
     pub fn malloc(&self, size: usize, stream: StreamId) -> Result<Allocation> {
+        if size as u64 >= ONE_EXA_BYTE {
+            return Err(Error::AllocationTooLarge {
+                device: self.device.clone(),
+                requested: size as u64,
+            });
+        }
         let mut guard = self.lock();
         let st = &mut *guard;
         if size == 0 {
@@ -245,12 +254,13 @@ impl<B: RawMemory> CachingAllocator<B> {
             let allocated = st.stats.allocated_bytes.all.current;
             return Err(Error::OutOfMemory {
                 device: self.device.clone(),
-                requested: rounded as u64,
+                alloc_size: segment_size as u64,
+                requested: size as u64,
                 total: total as u64,
                 free: free as u64,
                 allocated,
-                reserved_unallocated: st.reserved as u64 - allocated,
-                limit: st.limit.map(|l| l as u64),
+                reserved_unallocated: st.stats.reserved_bytes.all.current - allocated,
+                allowed: st.limit.map(|l| l as u64),
             });
         };
         Ok(st.alloc_found_block(id, size, rounded))
