@@ -69,6 +69,9 @@ struct Block {
     next: Option<BlockId>,
     /// How many searches this cached block has sat through (garbage collection ages blocks).
     gc_count: u64,
+    /// Whether this live block was counted in `oversize_allocations` (the setting may change
+    /// between its malloc and its free).
+    counted_oversize: bool,
 }
 
 impl Block {
@@ -114,6 +117,10 @@ struct State {
     reserved: usize,
     /// Cap from `set_memory_fraction`.
     limit: Option<usize>,
+    /// The fraction behind `limit`.
+    fraction: Option<f64>,
+    /// Base addresses of the segments counted in `oversize_segments`.
+    oversize_segments: std::collections::BTreeSet<DevicePtr>,
     config: AllocatorConfig,
     history: History,
 }
@@ -139,7 +146,7 @@ pub fn round_size(size: usize, config: &AllocatorConfig) -> usize {
     if size < MIN_BLOCK_SIZE {
         return MIN_BLOCK_SIZE;
     }
-    let divisions = config.roundup_power2_divisions;
+    let divisions = config.divisions_for(size);
     if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
         roundup_power2_next_division(size, divisions)
     } else {
@@ -187,9 +194,14 @@ impl<B: RawMemory> CachingAllocator<B> {
                 small: FreeBlocks::new(),
                 large: FreeBlocks::new(),
                 pending_frees: Vec::new(),
-                stats: DeviceStats::default(),
                 reserved: 0,
                 limit: None,
+                fraction: None,
+                oversize_segments: Default::default(),
+                stats: DeviceStats {
+                    max_split_size: config.max_split_size as u64,
+                    ..DeviceStats::default()
+                },
                 config,
                 history: History::default(),
             }),
@@ -282,20 +294,21 @@ impl<B: RawMemory> CachingAllocator<B> {
         let mut guard = self.lock();
         let st = &mut *guard;
         let id = allocation.id;
-        let (size, requested, pool, stream, ptr) = {
+        let (size, requested, pool, stream, ptr, oversize) = {
             let b = st.block_mut(id);
             assert!(
                 b.allocated && b.ptr == allocation.ptr,
                 "gpumem: freeing a block that is not live"
             );
             b.allocated = false;
-            (b.size, b.requested, b.pool, b.stream, b.ptr)
+            let oversize = std::mem::take(&mut b.counted_oversize);
+            (b.size, b.requested, b.pool, b.stream, b.ptr, oversize)
         };
         let stats = &mut st.stats;
         stats.allocation.decrease(pool, 1);
         stats.allocated_bytes.decrease(pool, size as u64);
         stats.requested_bytes.decrease(pool, requested as u64);
-        if size >= st.config.max_split_size {
+        if oversize {
             st.stats.oversize_allocations.decrease(1);
         }
         st.history
@@ -339,17 +352,27 @@ impl<B: RawMemory> CachingAllocator<B> {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(Error::BadSetting {
                 setting: format!("memory fraction {fraction}"),
-                reason: "must be between 0 and 1".into(),
+                reason: format!("Invalid fraction value: {fraction}. Allowed range: 0~1"),
             });
         }
         let (_, total) = self.backend.mem_get_info()?;
-        self.lock().limit = Some((total as f64 * fraction) as usize);
+        let mut st = self.lock();
+        st.limit = Some((total as f64 * fraction) as usize);
+        st.fraction = Some(fraction);
         Ok(())
+    }
+
+    /// The fraction set by `set_memory_fraction`; 1.0 when none is set (torch's
+    /// `get_per_process_memory_fraction`).
+    pub fn memory_fraction(&self) -> f64 {
+        self.lock().fraction.unwrap_or(1.0)
     }
 
     /// Removes the cap set by `set_memory_fraction`.
     pub fn clear_memory_fraction(&self) {
-        self.lock().limit = None;
+        let mut st = self.lock();
+        st.limit = None;
+        st.fraction = None;
     }
 
     /// The current configuration.
@@ -357,9 +380,21 @@ impl<B: RawMemory> CachingAllocator<B> {
         self.lock().config.clone()
     }
 
-    /// Replaces the configuration (as torch's `_set_allocator_settings`); cached blocks stay.
+    /// Replaces the configuration; cached blocks stay.
     pub fn set_config(&self, config: AllocatorConfig) {
-        self.lock().config = config;
+        let mut st = self.lock();
+        st.stats.max_split_size = config.max_split_size as u64;
+        st.config = config;
+    }
+
+    /// Applies a setting string at run time, as torch's `_set_allocator_settings`: the options
+    /// named change, `max_split_size_mb`, `roundup_power2_divisions` and
+    /// `garbage_collection_threshold` go back to their defaults unless named; cached blocks stay.
+    pub fn set_allocator_settings(&self, text: &str) -> Result<()> {
+        let mut st = self.lock();
+        st.config.apply(text)?;
+        st.stats.max_split_size = st.config.max_split_size as u64;
+        Ok(())
     }
 
     /// Starts (`true`) or stops recording a trace of allocator events for `snapshot`.
@@ -449,6 +484,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         st.stats.reserved_bytes.increase(pool, size as u64);
         if size >= st.config.max_split_size {
             st.stats.oversize_segments.increase(1);
+            st.oversize_segments.insert(ptr);
         }
         st.stats.num_device_alloc += 1;
         let id = st.insert_block(Block {
@@ -462,6 +498,7 @@ impl<B: RawMemory> CachingAllocator<B> {
             prev: None,
             next: None,
             gc_count: 0,
+            counted_oversize: false,
         });
         st.history
             .record(TraceAction::SegmentAlloc, ptr, size, stream, &st.stats);
@@ -481,7 +518,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         st.stats
             .reserved_bytes
             .decrease(block.pool, block.size as u64);
-        if block.size >= st.config.max_split_size {
+        if st.oversize_segments.remove(&block.ptr) {
             st.stats.oversize_segments.decrease(1);
         }
         st.stats.num_device_free += 1;
@@ -640,7 +677,9 @@ impl State {
     /// Best fit on the same stream, with torch's oversize rules.
     fn get_free_block(&mut self, pool: Pool, stream: StreamId, size: usize) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
-        if self.config.garbage_collection_threshold > 0.0 {
+        // torch ages cached blocks only when garbage collection can run (a fraction is set).
+        let aging = self.config.garbage_collection_threshold > 0.0 && self.limit.is_some();
+        if aging {
             let ids: Vec<BlockId> = self.pool(pool).values().copied().collect();
             for id in ids {
                 self.block_mut(id).gc_count += 1;
@@ -654,16 +693,16 @@ impl State {
             return None;
         }
         // Never hand out an oversize block for a small request, and an oversize request may waste
-        // at most one large-buffer's worth.
+        // less than `max_non_split_rounding_size` (20 MiB unless set).
         let found_size = key.size();
         if size < max_split && found_size >= max_split {
             return None;
         }
-        if size >= max_split && found_size >= size + LARGE_BUFFER {
+        if size >= max_split && found_size >= size + self.config.max_non_split_rounding_size {
             return None;
         }
         self.pool_mut(pool).remove(&key);
-        if self.config.garbage_collection_threshold > 0.0 {
+        if aging {
             self.block_mut(id).gc_count = 0;
         }
         Some(id)
@@ -697,6 +736,7 @@ impl State {
                 prev,
                 next: Some(remaining),
                 gc_count: 0,
+                counted_oversize: false,
             });
             if let Some(p) = prev {
                 self.block_mut(p).next = Some(id);
@@ -728,10 +768,12 @@ impl State {
             self.stats.inactive_split_bytes.decrease(pool, block_size);
             self.stats.inactive_split.decrease(pool, 1);
         }
+        let max_split_size = self.config.max_split_size;
         let (ptr, block_size, stream) = {
             let b = self.block_mut(id);
             b.allocated = true;
             b.requested = requested;
+            b.counted_oversize = b.size >= max_split_size;
             (b.ptr, b.size, b.stream)
         };
         let s = &mut self.stats;
@@ -740,7 +782,7 @@ impl State {
         s.active.increase(pool, 1);
         s.active_bytes.increase(pool, block_size as u64);
         s.requested_bytes.increase(pool, requested as u64);
-        if block_size >= self.config.max_split_size {
+        if block_size >= max_split_size {
             s.oversize_allocations.increase(1);
         }
         self.history

@@ -274,9 +274,21 @@ impl Device {
         self.inner.allocator.set_memory_fraction(fraction)
     }
 
+    /// The fraction set by `set_per_process_memory_fraction`, 1.0 when none is set
+    /// (`torch.cuda.get_per_process_memory_fraction`).
+    pub fn get_per_process_memory_fraction(&self) -> f64 {
+        self.inner.allocator.memory_fraction()
+    }
+
     /// Removes the cap set by `set_per_process_memory_fraction`.
     pub fn clear_per_process_memory_fraction(&self) {
         self.inner.allocator.clear_memory_fraction();
+    }
+
+    /// Changes allocator settings at run time with `GPUMEM_ALLOC_CONF`'s syntax
+    /// (`torch.cuda.memory._set_allocator_settings`).
+    pub fn set_allocator_settings(&self, text: &str) -> Result<()> {
+        self.inner.allocator.set_allocator_settings(text)
     }
 
     /// Replaces the allocator's settings (what `GPUMEM_ALLOC_CONF` sets at start-up).

@@ -310,7 +310,7 @@ fn probe_bad_settings() {
     let err = Device::cpu().alloc::<u8>(1).unwrap_err();
     assert!(
         err.to_string()
-            .contains("GPUMEM_ALLOC_CONF option \"max_split_size_mb:lots\""),
+            .contains("GPUMEM_ALLOC_CONF option max_split_size_mb: \"lots\" is not a whole number"),
         "{err}"
     );
 }
