@@ -43,6 +43,21 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
     fn mem_get_info(&self) -> Result<(usize, usize)> {
         (**self).mem_get_info()
     }
+    fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
+        (**self).reserve_address_space(size)
+    }
+    unsafe fn release_address_space(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { (**self).release_address_space(ptr, size) }
+    }
+    unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { (**self).map(ptr, size) }
+    }
+    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { (**self).unmap(ptr, size, handle) }
+    }
 }
 
 pub(crate) struct DeviceInner {
