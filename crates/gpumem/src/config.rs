@@ -35,6 +35,8 @@ pub struct AllocatorConfig {
     pub pinned_use_cuda_host_register: bool,
     /// Accepted as torch does (a power of two up to 128); gpumem registers no host memory.
     pub pinned_num_register_threads: usize,
+    /// Accepted as newer torch does; gpumem's pinned frees are synchronous.
+    pub pinned_use_background_threads: bool,
     /// The last text applied (torch's `last_allocator_settings`).
     pub text: String,
 }
@@ -50,6 +52,7 @@ impl Default for AllocatorConfig {
             release_lock_on_cudamalloc: false,
             pinned_use_cuda_host_register: false,
             pinned_num_register_threads: 1,
+            pinned_use_background_threads: false,
             text: String::new(),
         }
     }
@@ -231,6 +234,12 @@ impl AllocatorConfig {
                         p.boolean(&v)?
                     };
                 }
+                "pinned_use_background_threads" => {
+                    next.pinned_use_background_threads = {
+                        let v = p.value()?;
+                        p.boolean(&v)?
+                    };
+                }
                 "pinned_num_register_threads" => {
                     let n = {
                         let v = p.value()?;
@@ -274,7 +283,7 @@ impl AllocatorConfig {
                          max_non_split_rounding_mb, roundup_power2_divisions, \
                          garbage_collection_threshold, expandable_segments, \
                          release_lock_on_cudamalloc, pinned_use_cuda_host_register, \
-                         pinned_num_register_threads, backend"
+                         pinned_num_register_threads, pinned_use_background_threads, backend"
                     )));
                 }
             }
@@ -306,6 +315,13 @@ impl AllocatorConfig {
             notes.push(
                 "pinned_use_cuda_host_register:True makes torch pin with malloc + cudaHostRegister; \
                  gpumem always pins with cuMemHostAlloc, so this has no effect"
+                    .to_string(),
+            );
+        }
+        if self.pinned_use_background_threads {
+            notes.push(
+                "pinned_use_background_threads:True makes torch process pinned frees on a thread; \
+                 gpumem frees pinned memory at once, so this has no effect"
                     .to_string(),
             );
         }
@@ -374,7 +390,8 @@ impl AllocatorConfig {
 
 /// `roundup_power2_divisions`: one number for every interval, or `[MB:n,MB:n,>:n]` per interval.
 ///
-/// As torch: the first `MB:n` also fills every interval below it; `>:n` fills from the last
+/// As torch (the list form's 0 as newer torch, `c10/core/AllocatorConfig.cpp`): the first `MB:n`
+/// also fills every interval below it; `>:n` fills from the last
 /// interval named (that one included) to the end; intervals between two named ones keep 0.
 fn parse_divisions(p: &mut Parser) -> Result<[usize; ROUNDUP_INTERVALS]> {
     p.expect(":")?;
@@ -405,9 +422,10 @@ fn parse_divisions(p: &mut Parser) -> Result<[usize; ROUNDUP_INTERVALS]> {
             Some(v) => p.whole(&v)?,
             None => return Err(p.error("Error parsing roundup_power2_divisions value")),
         };
-        if !n.is_power_of_two() {
+        // In the list form newer torch also takes 0: no rounding for that interval.
+        if n != 0 && !n.is_power_of_two() {
             return Err(p.error(format!(
-                "For roundups, the divisons has to be power of 2, got {n}"
+                "For roundups, the divisons has to be power of 2 or 0 to disable roundup, got {n}"
             )));
         }
         if interval == ">" {
@@ -522,7 +540,7 @@ mod tests {
             ),
             (
                 "roundup_power2_divisions:[64:3]",
-                "divisons has to be power of 2, got 3",
+                "power of 2 or 0 to disable roundup, got 3",
             ),
             (
                 "roundup_power2_divisions:[63:4]",
@@ -580,11 +598,11 @@ mod tests {
     fn options_that_change_nothing_are_accepted_with_a_note() {
         let c = AllocatorConfig::parse(
             "backend:native,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,\
-             pinned_num_register_threads:8",
+             pinned_num_register_threads:8,pinned_use_background_threads:True",
         )
         .unwrap();
         let notes = c.notes();
-        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert_eq!(notes.len(), 4, "{notes:?}");
         assert!(notes[0].contains("no number changes"));
         assert_eq!(c.describe(), "torch's defaults");
     }

@@ -164,3 +164,124 @@ fn the_memory_fraction_reads_back() {
     a.clear_memory_fraction();
     assert_eq!(a.memory_fraction(), 1.0);
 }
+
+/// torch's `power2_div` helper of test_cuda.py: `size` rounded up to the next of `div_factor`
+/// steps between two powers of two.
+fn power2_div(size: usize, div_factor: usize) -> usize {
+    let mut pow2 = 1;
+    while pow2 < size {
+        pow2 *= 2;
+    }
+    if pow2 == size {
+        return pow2;
+    }
+    let step = pow2 / 2 / div_factor;
+    let mut ret = pow2 / 2;
+    while ret < size {
+        ret += step;
+    }
+    ret
+}
+
+/// Allocates `nbytes` and returns how much `active_bytes.all.allocated` grew (torch's key).
+fn grows_by(a: &CachingAllocator<CpuBackend>, nbytes: usize) -> (u64, gpumem::Allocation) {
+    let start = stat(a, "active_bytes.all.allocated");
+    let b = a.malloc(nbytes, S0).unwrap();
+    (stat(a, "active_bytes.all.allocated") - start, b)
+}
+
+/// test_cuda.py `test_allocator_settings` (read in torch_mlu's copy of it): settings changed at
+/// run time with `_set_allocator_settings`, with torch's expected sizes.
+#[test]
+fn test_allocator_settings() {
+    let a = with_config(4 * GIB, "");
+    let nbytes = 4 * 21 * 1024 * 1024;
+    let nbytes_big = 4 * 100 * 1024 * 1024;
+    a.set_allocator_settings("").unwrap();
+    let (reg, x) = grows_by(&a, nbytes);
+    assert_eq!(reg, nbytes as u64);
+    a.set_allocator_settings("roundup_power2_divisions:4")
+        .unwrap();
+    let (div4, y) = grows_by(&a, nbytes);
+    assert_eq!(div4, power2_div(nbytes, 4) as u64);
+    assert_eq!(div4, 96 * MIB as u64);
+    a.set_allocator_settings("garbage_collection_threshold:0.5")
+        .unwrap();
+    a.set_allocator_settings("garbage_collection_threshold:0.5,max_split_size_mb:70")
+        .unwrap();
+    // Setting anything resets the power-of-two divisions.
+    a.empty_cache();
+    let (reset, z) = grows_by(&a, nbytes);
+    assert_eq!(reset, nbytes as u64);
+    a.empty_cache();
+    a.set_allocator_settings(
+        "garbage_collection_threshold:0.5,roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]",
+    )
+    .unwrap();
+    let (div8, w) = grows_by(&a, nbytes);
+    assert_eq!(div8, power2_div(nbytes, 8) as u64);
+    a.empty_cache();
+    let (div2, v) = grows_by(&a, nbytes_big);
+    assert_eq!(div2, power2_div(nbytes_big, 2) as u64);
+    for bad in [
+        "foo:1,bar:2",
+        "garbage_collection_threshold:1.2",
+        "max_split_size_mb:2",
+    ] {
+        assert!(a.set_allocator_settings(bad).is_err(), "{bad}");
+    }
+    for b in [x, y, z, w, v] {
+        a.free(b, vec![]);
+    }
+}
+
+/// test_cuda.py `test_roundup_power2_divisions_0`: 0 divisions for an interval, no rounding.
+#[test]
+fn test_roundup_power2_divisions_0() {
+    let a = with_config(4 * GIB, "");
+    a.set_allocator_settings("roundup_power2_divisions:[128:1,256:0,512:4]")
+        .unwrap();
+    let nbytes = 4 * 67 * 1024 * 1024; // 268 MB, in [256, 512)
+    let (grew, y) = grows_by(&a, nbytes);
+    assert_eq!(grew, nbytes as u64);
+    a.free(y, vec![]);
+    a.empty_cache();
+    let nbytes = 4 * 130 * 1024 * 1024; // 520 MB, in [512, 1024): 640 MB
+    let (grew, y) = grows_by(&a, nbytes);
+    assert_eq!(grew, power2_div(nbytes, 4) as u64);
+    assert_eq!(grew, 640 * MIB as u64);
+    a.free(y, vec![]);
+}
+
+/// test_cuda.py `test_roundup_power2_divisions_1`: one division is no rounding at all.
+#[test]
+fn test_roundup_power2_divisions_1() {
+    let a = with_config(GIB, "");
+    let nbytes: usize = 4 * 21 * 125 * 125;
+    let roundup_512 = nbytes.div_ceil(512) * 512;
+    let (reg, x) = grows_by(&a, nbytes);
+    a.set_allocator_settings("roundup_power2_divisions:1")
+        .unwrap();
+    let (div1, y) = grows_by(&a, nbytes);
+    assert_eq!(reg, roundup_512 as u64);
+    assert_eq!(div1, roundup_512 as u64);
+    assert_eq!(stat(&a, "requested_bytes.all.current"), 2 * nbytes as u64);
+    a.free(x, vec![]);
+    a.free(y, vec![]);
+}
+
+/// test_cuda.py `test_raises_oom` (with `max_split_size_mb:1024`, which takes the allocator down
+/// more paths) and `test_raises_oom_no_max_split_size`: 1 TiB is out of memory.
+#[test]
+fn test_raises_oom() {
+    for conf in ["max_split_size_mb:1024", ""] {
+        let a = with_config(GIB, "");
+        a.set_allocator_settings(conf).unwrap();
+        a.empty_cache();
+        let err = a.malloc(1024 * 1024 * 1024 * 1024, S0).unwrap_err();
+        assert!(
+            matches!(err, gpumem::Error::OutOfMemory { .. }),
+            "{conf}: {err}"
+        );
+    }
+}
