@@ -4,6 +4,11 @@
 //! blocks stay cached in one of two pools (small: requests up to 1 MiB; large: the rest), keyed by
 //! stream and size, and are reused best-fit. Reserved memory goes back to the device only through
 //! [`CachingAllocator::empty_cache`] or when a reservation fails (release the cache, retry once).
+//!
+//! With `expandable_segments:True` a request that finds no cached block grows one segment per
+//! stream and pool instead: address space is reserved once and pages (2 MiB in the small pool,
+//! 20 MiB in the large one, as torch) are mapped behind it on demand and unmapped by
+//! `empty_cache`. The rules are torch 2.x's `ExpandableSegment` and `try_allocate_expandable_block`.
 
 use crate::backend::{DevicePtr, RawMemory, ReserveError};
 use crate::config::AllocatorConfig;
@@ -25,6 +30,12 @@ pub const LARGE_BUFFER: usize = 20 << 20;
 pub const MIN_LARGE_ALLOC: usize = 10 << 20;
 /// Rounding of large segments (`kRoundLarge`).
 pub const ROUND_LARGE: usize = 2 << 20;
+/// The most address space one expandable segment reserves (torch reserves 9/8 of the device's
+/// memory; a cpu device without a capacity limit would otherwise ask for more than exists).
+pub const MAX_EXPANDABLE_ADDRESS_SPACE: usize = 1 << 40;
+
+/// Requests of this many bytes or more are refused at once, as torch's `allocate` does (2^60).
+pub const ONE_EXA_BYTE: u64 = 1 << 60;
 
 /// A stream as the allocator sees it: blocks are cached per stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize)]
@@ -66,6 +77,13 @@ struct Block {
     next: Option<BlockId>,
     /// How many searches this cached block has sat through (garbage collection ages blocks).
     gc_count: u64,
+    /// Whether this live block was counted in `oversize_allocations` (the setting may change
+    /// between its malloc and its free).
+    counted_oversize: bool,
+    /// Whether memory is behind this block's range (false only in expandable segments).
+    mapped: bool,
+    /// The expandable segment this block lies in, if any.
+    expandable: Option<usize>,
 }
 
 impl Block {
@@ -111,8 +129,27 @@ struct State {
     reserved: usize,
     /// Cap from `set_memory_fraction`.
     limit: Option<usize>,
+    /// The fraction behind `limit`.
+    fraction: Option<f64>,
+    /// Base addresses of the segments counted in `oversize_segments`.
+    oversize_segments: std::collections::BTreeSet<DevicePtr>,
+    /// Blocks of expandable segments with no memory behind them, by pool, stream and address.
+    unmapped: BTreeMap<(Pool, StreamId, DevicePtr), BlockId>,
+    /// Expandable segments (`None`: released).
+    expandable: Vec<Option<ExpandableSegment>>,
     config: AllocatorConfig,
     history: History,
+}
+
+/// One expandable segment: reserved address space, with memory mapped page by page.
+struct ExpandableSegment {
+    base: DevicePtr,
+    /// Bytes of address space.
+    size: usize,
+    /// 2 MiB in the small pool, 20 MiB in the large one.
+    page_size: usize,
+    /// The backend's handle of each mapped page; `None`: unmapped.
+    pages: Vec<Option<u64>>,
 }
 
 /// The caching allocator of one device.
@@ -136,7 +173,7 @@ pub fn round_size(size: usize, config: &AllocatorConfig) -> usize {
     if size < MIN_BLOCK_SIZE {
         return MIN_BLOCK_SIZE;
     }
-    let divisions = config.roundup_power2_divisions;
+    let divisions = config.divisions_for(size);
     if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
         roundup_power2_next_division(size, divisions)
     } else {
@@ -184,9 +221,16 @@ impl<B: RawMemory> CachingAllocator<B> {
                 small: FreeBlocks::new(),
                 large: FreeBlocks::new(),
                 pending_frees: Vec::new(),
-                stats: DeviceStats::default(),
                 reserved: 0,
                 limit: None,
+                fraction: None,
+                oversize_segments: Default::default(),
+                unmapped: BTreeMap::new(),
+                expandable: Vec::new(),
+                stats: DeviceStats {
+                    max_split_size: config.max_split_size as u64,
+                    ..DeviceStats::default()
+                },
                 config,
                 history: History::default(),
             }),
@@ -208,6 +252,12 @@ impl<B: RawMemory> CachingAllocator<B> {
 
     /// Allocates at least `size` bytes for use on `stream`. `size` 0 is an error-free empty block.
     pub fn malloc(&self, size: usize, stream: StreamId) -> Result<Allocation> {
+        if size as u64 >= ONE_EXA_BYTE {
+            return Err(Error::AllocationTooLarge {
+                device: self.device.clone(),
+                requested: size as u64,
+            });
+        }
         let mut guard = self.lock();
         let st = &mut *guard;
         if size == 0 {
@@ -228,13 +278,13 @@ impl<B: RawMemory> CachingAllocator<B> {
             if st.config.garbage_collection_threshold > 0.0 && st.limit.is_some() {
                 self.garbage_collect(st);
             }
-            found = self.reserve_segment(st, pool, stream, segment_size, false)?;
+            found = self.reserve_segment(st, pool, stream, segment_size, rounded, false)?;
             if found.is_none() && self.release_available_cached_blocks(st, pool, stream, rounded) {
-                found = self.reserve_segment(st, pool, stream, segment_size, false)?;
+                found = self.reserve_segment(st, pool, stream, segment_size, rounded, false)?;
             }
             if found.is_none() {
                 self.release_cached_blocks(st);
-                found = self.reserve_segment(st, pool, stream, segment_size, true)?;
+                found = self.reserve_segment(st, pool, stream, segment_size, rounded, true)?;
             }
         }
         let Some(id) = found else {
@@ -245,12 +295,13 @@ impl<B: RawMemory> CachingAllocator<B> {
             let allocated = st.stats.allocated_bytes.all.current;
             return Err(Error::OutOfMemory {
                 device: self.device.clone(),
-                requested: rounded as u64,
+                alloc_size: segment_size as u64,
+                requested: size as u64,
                 total: total as u64,
                 free: free as u64,
                 allocated,
-                reserved_unallocated: st.reserved as u64 - allocated,
-                limit: st.limit.map(|l| l as u64),
+                reserved_unallocated: st.stats.reserved_bytes.all.current - allocated,
+                allowed: st.limit.map(|l| l as u64),
             });
         };
         Ok(st.alloc_found_block(id, size, rounded))
@@ -272,20 +323,21 @@ impl<B: RawMemory> CachingAllocator<B> {
         let mut guard = self.lock();
         let st = &mut *guard;
         let id = allocation.id;
-        let (size, requested, pool, stream, ptr) = {
+        let (size, requested, pool, stream, ptr, oversize) = {
             let b = st.block_mut(id);
             assert!(
                 b.allocated && b.ptr == allocation.ptr,
                 "gpumem: freeing a block that is not live"
             );
             b.allocated = false;
-            (b.size, b.requested, b.pool, b.stream, b.ptr)
+            let oversize = std::mem::take(&mut b.counted_oversize);
+            (b.size, b.requested, b.pool, b.stream, b.ptr, oversize)
         };
         let stats = &mut st.stats;
         stats.allocation.decrease(pool, 1);
         stats.allocated_bytes.decrease(pool, size as u64);
         stats.requested_bytes.decrease(pool, requested as u64);
-        if size >= st.config.max_split_size {
+        if oversize {
             st.stats.oversize_allocations.decrease(1);
         }
         st.history
@@ -329,17 +381,27 @@ impl<B: RawMemory> CachingAllocator<B> {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(Error::BadSetting {
                 setting: format!("memory fraction {fraction}"),
-                reason: "must be between 0 and 1".into(),
+                reason: format!("Invalid fraction value: {fraction}. Allowed range: 0~1"),
             });
         }
         let (_, total) = self.backend.mem_get_info()?;
-        self.lock().limit = Some((total as f64 * fraction) as usize);
+        let mut st = self.lock();
+        st.limit = Some((total as f64 * fraction) as usize);
+        st.fraction = Some(fraction);
         Ok(())
+    }
+
+    /// The fraction set by `set_memory_fraction`; 1.0 when none is set (torch's
+    /// `get_per_process_memory_fraction`).
+    pub fn memory_fraction(&self) -> f64 {
+        self.lock().fraction.unwrap_or(1.0)
     }
 
     /// Removes the cap set by `set_memory_fraction`.
     pub fn clear_memory_fraction(&self) {
-        self.lock().limit = None;
+        let mut st = self.lock();
+        st.limit = None;
+        st.fraction = None;
     }
 
     /// The current configuration.
@@ -347,9 +409,21 @@ impl<B: RawMemory> CachingAllocator<B> {
         self.lock().config.clone()
     }
 
-    /// Replaces the configuration (as torch's `_set_allocator_settings`); cached blocks stay.
+    /// Replaces the configuration; cached blocks stay.
     pub fn set_config(&self, config: AllocatorConfig) {
-        self.lock().config = config;
+        let mut st = self.lock();
+        st.stats.max_split_size = config.max_split_size as u64;
+        st.config = config;
+    }
+
+    /// Applies a setting string at run time, as torch's `_set_allocator_settings`: the options
+    /// named change, `max_split_size_mb`, `roundup_power2_divisions` and
+    /// `garbage_collection_threshold` go back to their defaults unless named; cached blocks stay.
+    pub fn set_allocator_settings(&self, text: &str) -> Result<()> {
+        let mut st = self.lock();
+        st.config.apply(text)?;
+        st.stats.max_split_size = st.config.max_split_size as u64;
+        Ok(())
     }
 
     /// Starts (`true`) or stops recording a trace of allocator events for `snapshot`.
@@ -363,12 +437,13 @@ impl<B: RawMemory> CachingAllocator<B> {
         let mut segments = Vec::new();
         for (id, block) in st.blocks.iter().enumerate() {
             let Some(block) = block else { continue };
-            if block.prev.is_some() {
+            // One segment per contiguous mapped range, as torch reports expandable segments.
+            if !block.mapped || block.prev.is_some_and(|p| st.block(p).mapped) {
                 continue;
             }
             let mut blocks = Vec::new();
             let mut cursor = Some(id);
-            while let Some(c) = cursor {
+            while let Some(c) = cursor.filter(|&c| st.block(c).mapped) {
                 let b = st.block(c);
                 blocks.push(BlockInfo {
                     address: b.ptr,
@@ -388,6 +463,7 @@ impl<B: RawMemory> CachingAllocator<B> {
                 block.ptr,
                 block.stream,
                 block.pool,
+                block.expandable.is_some(),
                 blocks,
             ));
         }
@@ -414,20 +490,26 @@ impl<B: RawMemory> CachingAllocator<B> {
         self.lock().stats.reserved_bytes.all.current
     }
 
-    /// Reserves a new segment and registers it as one free block. `Ok(None)`: not enough memory.
+    /// Reserves a new segment of `size` bytes and registers it as one free block, or with
+    /// expandable segments grows one to fit `rounded` bytes. `Ok(None)`: not enough memory.
     fn reserve_segment(
         &self,
         st: &mut State,
         pool: Pool,
         stream: StreamId,
         size: usize,
+        rounded: usize,
         is_retry: bool,
     ) -> Result<Option<BlockId>> {
         if is_retry {
             st.stats.num_alloc_retries += 1;
         }
+        // As torch, the cap is checked against the segment size even when a segment grows.
         if st.limit.is_some_and(|limit| st.reserved + size > limit) {
             return Ok(None);
+        }
+        if st.config.expandable_segments {
+            return self.try_allocate_expandable_block(st, pool, stream, rounded);
         }
         let ptr = match self.backend.reserve(size) {
             Ok(ptr) => ptr,
@@ -439,6 +521,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         st.stats.reserved_bytes.increase(pool, size as u64);
         if size >= st.config.max_split_size {
             st.stats.oversize_segments.increase(1);
+            st.oversize_segments.insert(ptr);
         }
         st.stats.num_device_alloc += 1;
         let id = st.insert_block(Block {
@@ -452,10 +535,315 @@ impl<B: RawMemory> CachingAllocator<B> {
             prev: None,
             next: None,
             gc_count: 0,
+            counted_oversize: false,
+            mapped: true,
+            expandable: None,
         });
         st.history
             .record(TraceAction::SegmentAlloc, ptr, size, stream, &st.stats);
         Ok(Some(id))
+    }
+
+    /// A free range of address space of at least `size` bytes on `stream` in an expandable
+    /// segment of `pool`, lowest address first (torch's `find_expandable_block`): an unmapped
+    /// block, with the free block before it when there is one, or a new segment.
+    fn find_expandable_block(
+        &self,
+        st: &mut State,
+        pool: Pool,
+        stream: StreamId,
+        size: usize,
+    ) -> Result<Option<BlockId>> {
+        let allocatable = |st: &State, id: Option<BlockId>| {
+            id.filter(|&i| {
+                let b = st.block(i);
+                !b.allocated && b.pending == 0
+            })
+        };
+        let starts: Vec<BlockId> = st
+            .unmapped
+            .range((pool, stream, 0)..=(pool, stream, DevicePtr::MAX))
+            .map(|(_, &id)| id)
+            .collect();
+        for unmapped in starts {
+            let start = allocatable(st, st.block(unmapped).prev).unwrap_or(unmapped);
+            let mut room = 0;
+            let mut cursor = Some(start);
+            while room < size {
+                let Some(c) = allocatable(st, cursor) else {
+                    break;
+                };
+                room += st.block(c).size;
+                cursor = st.block(c).next;
+            }
+            if room >= size {
+                return Ok(Some(start));
+            }
+        }
+        let page_size = match pool {
+            Pool::Small => SMALL_BUFFER,
+            Pool::Large => LARGE_BUFFER,
+        };
+        let (_, total) = self.backend.mem_get_info()?;
+        let wanted = total
+            .saturating_add(total / 8)
+            .min(MAX_EXPANDABLE_ADDRESS_SPACE);
+        let pages = wanted.div_ceil(page_size).max(1);
+        let space = pages * page_size;
+        let base = match self.backend.reserve_address_space(space) {
+            Ok(base) => base,
+            Err(ReserveError::OutOfMemory) => return Ok(None),
+            Err(ReserveError::Other(e)) => return Err(e),
+        };
+        let segment = st.expandable.len();
+        st.expandable.push(Some(ExpandableSegment {
+            base,
+            size: space,
+            page_size,
+            pages: vec![None; pages],
+        }));
+        let id = st.insert_block(Block {
+            ptr: base,
+            size: space,
+            requested: 0,
+            stream,
+            pool,
+            allocated: false,
+            pending: 0,
+            prev: None,
+            next: None,
+            gc_count: 0,
+            counted_oversize: false,
+            mapped: false,
+            expandable: Some(segment),
+        });
+        st.unmapped.insert((pool, stream, base), id);
+        Ok(Some(id))
+    }
+
+    /// Maps the pages under the first `size` bytes of unmapped block `id` and merges the result
+    /// with its free neighbours (torch's `map_block`). `Ok(false)`: the device is full.
+    fn map_block(&self, st: &mut State, id: BlockId, size: usize) -> Result<bool> {
+        let (ptr, block_size, pool, stream, segment) = {
+            let b = st.block(id);
+            debug_assert!(!b.mapped && size <= b.size);
+            let segment = b
+                .expandable
+                .expect("an unmapped block lies in an expandable segment");
+            (b.ptr, b.size, b.pool, b.stream, segment)
+        };
+        let (base, page_size) = {
+            let seg = st.expandable[segment].as_ref().expect("a live segment");
+            (seg.base, seg.page_size)
+        };
+        let begin = (ptr - base) as usize / page_size;
+        let end = ((ptr - base) as usize + size).div_ceil(page_size);
+        for page in begin..end {
+            let at = base + (page * page_size) as u64;
+            // SAFETY: the page lies in the segment's address space and is not mapped.
+            match unsafe { self.backend.map(at, page_size) } {
+                Ok(handle) => st.segment_mut(segment).pages[page] = Some(handle),
+                Err(error) => {
+                    self.unmap_pages(st, segment, begin, page);
+                    return match error {
+                        ReserveError::OutOfMemory => Ok(false),
+                        ReserveError::Other(e) => Err(e),
+                    };
+                }
+            }
+        }
+        let mapped = (end - begin) * page_size;
+        st.unmapped.remove(&(pool, stream, ptr));
+        st.block_mut(id).mapped = true;
+        if mapped < block_size {
+            let next = st.block(id).next;
+            let rest = st.insert_block(Block {
+                ptr: ptr + mapped as u64,
+                size: block_size - mapped,
+                requested: 0,
+                stream,
+                pool,
+                allocated: false,
+                pending: 0,
+                prev: Some(id),
+                next,
+                gc_count: 0,
+                counted_oversize: false,
+                mapped: false,
+                expandable: Some(segment),
+            });
+            if let Some(n) = next {
+                st.block_mut(n).prev = Some(rest);
+            }
+            st.block_mut(id).next = Some(rest);
+            st.block_mut(id).size = mapped;
+            st.unmapped
+                .insert((pool, stream, ptr + mapped as u64), rest);
+        }
+        let prev = st.block(id).prev;
+        st.try_merge(id, prev);
+        let next = st.block(id).next;
+        st.try_merge(id, next);
+        let key = st.key(id);
+        st.pool_mut(pool).insert(key, id);
+        st.reserved += mapped;
+        st.stats.reserved_bytes.increase(pool, mapped as u64);
+        st.stats.num_device_alloc += 1;
+        st.history
+            .record(TraceAction::SegmentMap, ptr, mapped, stream, &st.stats);
+        Ok(true)
+    }
+
+    /// Unmaps pages `begin..end` of expandable segment `segment`.
+    fn unmap_pages(&self, st: &mut State, segment: usize, begin: usize, end: usize) {
+        let seg = st.segment_mut(segment);
+        let (base, page_size) = (seg.base, seg.page_size);
+        for page in begin..end {
+            if let Some(handle) = seg.pages[page].take() {
+                // SAFETY: the page was mapped by `map` with this handle and holds no live block.
+                unsafe {
+                    self.backend
+                        .unmap(base + (page * page_size) as u64, page_size, handle)
+                };
+            }
+        }
+    }
+
+    /// Finds room for `size` bytes in an expandable segment and maps what is missing (torch's
+    /// `try_allocate_expandable_block`); the block returned is out of the pool.
+    fn try_allocate_expandable_block(
+        &self,
+        st: &mut State,
+        pool: Pool,
+        stream: StreamId,
+        size: usize,
+    ) -> Result<Option<BlockId>> {
+        let Some(mut candidate) = self.find_expandable_block(st, pool, stream, size)? else {
+            return Ok(None);
+        };
+        if !st.block(candidate).mapped {
+            let first = st.block(candidate).size.min(size);
+            if !self.map_block(st, candidate, first)? {
+                return Ok(None);
+            }
+        }
+        while st.block(candidate).size < size {
+            let missing = size - st.block(candidate).size;
+            let next = st
+                .block(candidate)
+                .next
+                .expect("find_expandable_block found room after the candidate");
+            let part = st.block(next).size.min(missing);
+            if !self.map_block(st, next, part)? {
+                return Ok(None);
+            }
+            candidate = next;
+        }
+        let key = st.key(candidate);
+        st.pool_mut(pool).remove(&key);
+        Ok(Some(candidate))
+    }
+
+    /// Unmaps the whole pages under free block `id` of an expandable segment; the slivers before
+    /// and after stay mapped as free blocks (torch's `unmap_block`).
+    fn unmap_block(&self, st: &mut State, id: BlockId) {
+        let (ptr, size, pool, stream, segment) = {
+            let b = st.block(id);
+            let segment = b.expandable.expect("an expandable block");
+            (b.ptr, b.size, b.pool, b.stream, segment)
+        };
+        let (base, page_size) = {
+            let seg = st.expandable[segment].as_ref().expect("a live segment");
+            (seg.base, seg.page_size)
+        };
+        let offset = (ptr - base) as usize;
+        let begin = offset.div_ceil(page_size);
+        let end = (offset + size) / page_size;
+        if begin >= end {
+            return;
+        }
+        let key = st.key(id);
+        st.pool_mut(pool).remove(&key);
+        let start = base + (begin * page_size) as u64;
+        let unmapped = (end - begin) * page_size;
+        let before = (start - ptr) as usize;
+        let after = size - before - unmapped;
+        let free_piece = |st: &mut State, at: DevicePtr, len: usize| {
+            st.insert_block(Block {
+                ptr: at,
+                size: len,
+                requested: 0,
+                stream,
+                pool,
+                allocated: false,
+                pending: 0,
+                prev: None,
+                next: None,
+                gc_count: 0,
+                counted_oversize: false,
+                mapped: true,
+                expandable: Some(segment),
+            })
+        };
+        if before > 0 {
+            let piece = free_piece(st, ptr, before);
+            let prev = st.block(id).prev;
+            st.block_mut(piece).prev = prev;
+            st.block_mut(piece).next = Some(id);
+            if let Some(p) = prev {
+                st.block_mut(p).next = Some(piece);
+            }
+            st.block_mut(id).prev = Some(piece);
+            let k = st.key(piece);
+            st.pool_mut(pool).insert(k, piece);
+        }
+        if after > 0 {
+            let piece = free_piece(st, start + unmapped as u64, after);
+            let next = st.block(id).next;
+            st.block_mut(piece).prev = Some(id);
+            st.block_mut(piece).next = next;
+            if let Some(n) = next {
+                st.block_mut(n).prev = Some(piece);
+            }
+            st.block_mut(id).next = Some(piece);
+            let k = st.key(piece);
+            st.pool_mut(pool).insert(k, piece);
+        }
+        self.unmap_pages(st, segment, begin, end);
+        {
+            let b = st.block_mut(id);
+            b.ptr = start;
+            b.size = unmapped;
+            b.mapped = false;
+        }
+        let prev = st.block(id).prev;
+        st.try_merge(id, prev);
+        let next = st.block(id).next;
+        st.try_merge(id, next);
+        let at = st.block(id).ptr;
+        st.unmapped.insert((pool, stream, at), id);
+        st.reserved -= unmapped;
+        st.stats.reserved_bytes.decrease(pool, unmapped as u64);
+        st.stats.num_device_free += 1;
+        st.history.record(
+            TraceAction::SegmentUnmap,
+            start,
+            unmapped,
+            stream,
+            &st.stats,
+        );
+    }
+
+    /// Gives back the address space of an expandable segment that is wholly unmapped.
+    fn release_expandable_segment(&self, st: &mut State, id: BlockId) {
+        let block = st.remove_block(id);
+        debug_assert!(!block.mapped && !block.is_split());
+        st.unmapped.remove(&(block.pool, block.stream, block.ptr));
+        let segment = block.expandable.expect("an expandable block");
+        let seg = st.expandable[segment].take().expect("a live segment");
+        debug_assert!(seg.pages.iter().all(Option::is_none) && seg.size == block.size);
+        // SAFETY: the space came from reserve_address_space(seg.size) and nothing is mapped.
+        unsafe { self.backend.release_address_space(seg.base, seg.size) };
     }
 
     /// Returns one unsplit cached segment to the backend.
@@ -471,7 +859,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         st.stats
             .reserved_bytes
             .decrease(block.pool, block.size as u64);
-        if block.size >= st.config.max_split_size {
+        if st.oversize_segments.remove(&block.ptr) {
             st.stats.oversize_segments.decrease(1);
         }
         st.stats.num_device_free += 1;
@@ -497,10 +885,24 @@ impl<B: RawMemory> CachingAllocator<B> {
             .values()
             .chain(st.large.values())
             .copied()
-            .filter(|&id| !st.block(id).is_split())
+            .filter(|&id| !st.block(id).is_split() && st.block(id).expandable.is_none())
             .collect();
         for id in whole {
             self.release_block(st, id);
+        }
+        let expandable: Vec<BlockId> = st
+            .small
+            .values()
+            .chain(st.large.values())
+            .copied()
+            .filter(|&id| st.block(id).expandable.is_some())
+            .collect();
+        for id in expandable {
+            self.unmap_block(st, id);
+            let b = st.block(id);
+            if !b.mapped && !b.is_split() {
+                self.release_expandable_segment(st, id);
+            }
         }
     }
 
@@ -522,7 +924,7 @@ impl<B: RawMemory> CachingAllocator<B> {
             .pool(pool)
             .iter()
             .filter(|(k, _)| k.stream == stream && k.size() >= max_split)
-            .filter(|(_, id)| !st.block(**id).is_split())
+            .filter(|(_, id)| !st.block(**id).is_split() && st.block(**id).expandable.is_none())
             .map(|(k, id)| (k.size(), *id))
             .collect();
         if let Some(&(_, single)) = candidates.iter().find(|(size, _)| *size >= target) {
@@ -553,7 +955,7 @@ impl<B: RawMemory> CachingAllocator<B> {
             let freeable: Vec<(BlockId, u64)> = st
                 .large
                 .values()
-                .filter(|&&id| !st.block(id).is_split())
+                .filter(|&&id| !st.block(id).is_split() && st.block(id).expandable.is_none())
                 .map(|&id| (id, st.block(id).gc_count))
                 .collect();
             if freeable.is_empty() || reclaimed >= target {
@@ -608,6 +1010,12 @@ impl State {
         self.blocks[id].take().expect("gpumem: dangling block id")
     }
 
+    fn segment_mut(&mut self, segment: usize) -> &mut ExpandableSegment {
+        self.expandable[segment]
+            .as_mut()
+            .expect("gpumem: a released expandable segment")
+    }
+
     fn pool(&self, pool: Pool) -> &FreeBlocks {
         match pool {
             Pool::Small => &self.small,
@@ -630,49 +1038,103 @@ impl State {
     /// Best fit on the same stream, with torch's oversize rules.
     fn get_free_block(&mut self, pool: Pool, stream: StreamId, size: usize) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
-        if self.config.garbage_collection_threshold > 0.0 {
+        // torch ages cached blocks only when garbage collection can run (a fraction is set).
+        let aging = self.config.garbage_collection_threshold > 0.0 && self.limit.is_some();
+        if aging {
             let ids: Vec<BlockId> = self.pool(pool).values().copied().collect();
             for id in ids {
                 self.block_mut(id).gc_count += 1;
             }
         }
-        let (&key, &id) = self
+        let (mut key, mut id) = self
             .pool(pool)
             .range(PoolKey::new(stream, size, 0)..)
-            .next()?;
+            .next()
+            .map(|(k, v)| (*k, *v))?;
         if key.stream != stream {
             return None;
         }
+        if self.block(id).expandable.is_some() {
+            (key, id) = self.choose_expandable(pool, stream, size, key)?;
+        }
         // Never hand out an oversize block for a small request, and an oversize request may waste
-        // at most one large-buffer's worth.
+        // less than `max_non_split_rounding_size` (20 MiB unless set).
         let found_size = key.size();
         if size < max_split && found_size >= max_split {
             return None;
         }
-        if size >= max_split && found_size >= size + LARGE_BUFFER {
+        if size >= max_split && found_size >= size + self.config.max_non_split_rounding_size {
             return None;
         }
         self.pool_mut(pool).remove(&key);
-        if self.config.garbage_collection_threshold > 0.0 {
+        if aging {
             self.block_mut(id).gc_count = 0;
         }
         Some(id)
     }
 
+    /// torch's rules when the best fit lies in an expandable segment. With expandable segments
+    /// on, a block counts as big as it could grow (its size plus the unmapped space after it),
+    /// so a fitting block that cannot grow is preferred to one at a segment's end. With them
+    /// turned off since, expandable blocks are passed over.
+    fn choose_expandable(
+        &self,
+        pool: Pool,
+        stream: StreamId,
+        size: usize,
+        first: PoolKey,
+    ) -> Option<(PoolKey, BlockId)> {
+        let mut candidates = self
+            .pool(pool)
+            .range(first..)
+            .take_while(|(k, _)| k.stream == stream)
+            .map(|(k, v)| (*k, *v));
+        if !self.config.expandable_segments {
+            return candidates.find(|(_, id)| self.block(*id).expandable.is_none());
+        }
+        let expandable_size = |id: BlockId| {
+            let b = self.block(id);
+            b.size
+                + b.next
+                    .map(|n| self.block(n))
+                    .filter(|n| !n.mapped)
+                    .map_or(0, |n| n.size)
+        };
+        let mut best = candidates.next()?;
+        for next in candidates {
+            if self.block(best.1).expandable.is_none()
+                || expandable_size(next.1) >= expandable_size(best.1)
+            {
+                break;
+            }
+            best = next;
+        }
+        debug_assert!(best.0.size() >= size);
+        Some(best)
+    }
+
     fn should_split_sizes(&self, pool: Pool, block_size: usize, size: usize) -> bool {
         let remaining = block_size - size;
-        match pool {
-            Pool::Small => remaining >= MIN_BLOCK_SIZE,
-            Pool::Large => size < self.config.max_split_size && remaining > SMALL_SIZE,
+        if pool == Pool::Small || self.config.expandable_segments {
+            return remaining >= MIN_BLOCK_SIZE;
         }
+        size < self.config.max_split_size && remaining > SMALL_SIZE
     }
 
     /// Marks a free block (taken out of its pool) live, splitting off the rest when torch would.
     fn alloc_found_block(&mut self, mut id: BlockId, requested: usize, size: usize) -> Allocation {
         // One read of the found block for everything the split decision needs.
-        let (pool, already_split, ptr, stream, prev, found_size) = {
+        let (pool, already_split, ptr, stream, prev, found_size, expandable) = {
             let b = self.block(id);
-            (b.pool, b.is_split(), b.ptr, b.stream, b.prev, b.size)
+            (
+                b.pool,
+                b.is_split(),
+                b.ptr,
+                b.stream,
+                b.prev,
+                b.size,
+                b.expandable,
+            )
         };
         if self.should_split_sizes(pool, found_size, size) {
             let remaining = id;
@@ -687,6 +1149,9 @@ impl State {
                 prev,
                 next: Some(remaining),
                 gc_count: 0,
+                counted_oversize: false,
+                mapped: true,
+                expandable,
             });
             if let Some(p) = prev {
                 self.block_mut(p).next = Some(id);
@@ -703,7 +1168,9 @@ impl State {
             self.pool_mut(pool)
                 .insert(PoolKey::new(stream, rest_size, rest_ptr), remaining);
             let remaining_size = rest_size as u64;
-            if already_split {
+            if expandable.is_some() {
+                // torch keeps expandable segments out of the inactive_split statistics.
+            } else if already_split {
                 // An inactive split block shrinks by `size`.
                 self.stats.inactive_split_bytes.decrease(pool, size as u64);
             } else {
@@ -713,15 +1180,17 @@ impl State {
                     .increase(pool, remaining_size);
                 self.stats.inactive_split.increase(pool, 1);
             }
-        } else if already_split {
+        } else if already_split && expandable.is_none() {
             let block_size = self.block(id).size as u64;
             self.stats.inactive_split_bytes.decrease(pool, block_size);
             self.stats.inactive_split.decrease(pool, 1);
         }
+        let max_split_size = self.config.max_split_size;
         let (ptr, block_size, stream) = {
             let b = self.block_mut(id);
             b.allocated = true;
             b.requested = requested;
+            b.counted_oversize = b.size >= max_split_size;
             (b.ptr, b.size, b.stream)
         };
         let s = &mut self.stats;
@@ -730,7 +1199,7 @@ impl State {
         s.active.increase(pool, 1);
         s.active_bytes.increase(pool, block_size as u64);
         s.requested_bytes.increase(pool, requested as u64);
-        if block_size >= self.config.max_split_size {
+        if block_size >= max_split_size {
             s.oversize_allocations.increase(1);
         }
         self.history
@@ -767,8 +1236,10 @@ impl State {
             net_blocks += 1;
             net_bytes += size as i64;
         }
-        apply_net(&mut self.stats.inactive_split, pool, net_blocks);
-        apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
+        if self.block(id).expandable.is_none() {
+            apply_net(&mut self.stats.inactive_split, pool, net_blocks);
+            apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
+        }
         self.stats.active.decrease(pool, 1);
         self.stats.active_bytes.decrease(pool, original_size);
     }
@@ -778,13 +1249,20 @@ impl State {
         let Some(src) = src else { return 0 };
         {
             let s = self.block(src);
-            if s.allocated || s.pending > 0 {
+            if s.allocated || s.pending > 0 || s.mapped != self.block(dst).mapped {
                 return 0;
             }
         }
-        let src_key = self.key(src);
-        let pool = self.block(src).pool;
-        self.pool_mut(pool).remove(&src_key);
+        let (pool, mapped, stream, ptr) = {
+            let s = self.block(src);
+            (s.pool, s.mapped, s.stream, s.ptr)
+        };
+        if mapped {
+            let src_key = self.key(src);
+            self.pool_mut(pool).remove(&src_key);
+        } else {
+            self.unmapped.remove(&(pool, stream, ptr));
+        }
         let s = self.remove_block(src);
         if self.block(dst).prev == Some(src) {
             let d = self.block_mut(dst);

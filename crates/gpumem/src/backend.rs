@@ -30,6 +30,26 @@ pub trait RawMemory: Send + Sync {
     unsafe fn release(&self, ptr: DevicePtr, size: usize);
     /// The device's own view: (free, total) bytes, as `cudaMemGetInfo` and nvidia-smi see them.
     fn mem_get_info(&self) -> Result<(usize, usize)>;
+    /// Reserves `size` bytes of address space with no memory behind it, for an expandable
+    /// segment (`cuMemAddressReserve`; on cpu an inaccessible `mmap`).
+    fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError>;
+    /// Gives back address space from `reserve_address_space`.
+    ///
+    /// # Safety
+    /// `ptr` came from `reserve_address_space(size)` and no page of it is mapped any more.
+    unsafe fn release_address_space(&self, ptr: DevicePtr, size: usize);
+    /// Puts `size` bytes of memory behind `ptr..ptr+size` (one page of an expandable segment:
+    /// `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`); returns the backend's handle for `unmap`.
+    /// Counts against the device like `reserve`.
+    ///
+    /// # Safety
+    /// The range lies inside address space from `reserve_address_space` and is not mapped.
+    unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError>;
+    /// Takes the memory from behind a range mapped by `map` (`cuMemUnmap` + `cuMemRelease`).
+    ///
+    /// # Safety
+    /// `ptr`, `size` and `handle` are those of one `map` call, and no one uses the range.
+    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64);
 }
 
 /// A raw stream handle: the `CUstream` as an integer on cuda (0 = the legacy default stream), a

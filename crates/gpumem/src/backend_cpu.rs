@@ -115,6 +115,71 @@ impl RawMemory for CpuBackend {
         let reserved = self.reserved.load(Ordering::SeqCst);
         Ok((self.capacity.saturating_sub(reserved), self.capacity))
     }
+
+    fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
+        // SAFETY: a fresh anonymous mapping that no one else knows; PROT_NONE with NORESERVE
+        // takes address space only, no memory (and does not count against RLIMIT_DATA).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(ReserveError::Other(Error::HostAlloc {
+                size,
+                reason: format!(
+                    "mmap of address space for an expandable segment failed: {}",
+                    std::io::Error::last_os_error()
+                ),
+            }));
+        }
+        Ok(ptr as DevicePtr)
+    }
+
+    unsafe fn release_address_space(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: the caller guarantees the range came from reserve_address_space(size).
+        unsafe { libc::munmap(ptr as *mut libc::c_void, size) };
+    }
+
+    unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError> {
+        let claimed = self
+            .reserved
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+                r.checked_add(size).filter(|&total| total <= self.capacity)
+            });
+        if claimed.is_err() {
+            return Err(ReserveError::OutOfMemory);
+        }
+        // SAFETY: the range lies in our PROT_NONE mapping (the caller's guarantee); making it
+        // readable and writable commits its pages on first touch.
+        let rc = unsafe {
+            libc::mprotect(
+                ptr as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rc != 0 {
+            self.reserved.fetch_sub(size, Ordering::SeqCst);
+            return Err(ReserveError::OutOfMemory);
+        }
+        Ok(0)
+    }
+
+    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, _handle: u64) {
+        // SAFETY: the caller guarantees the range was mapped by `map` and is unused: its pages
+        // are dropped (the next map reads zeros) and it becomes inaccessible again.
+        unsafe {
+            libc::madvise(ptr as *mut libc::c_void, size, libc::MADV_DONTNEED);
+            libc::mprotect(ptr as *mut libc::c_void, size, libc::PROT_NONE);
+        }
+        self.reserved.fetch_sub(size, Ordering::SeqCst);
+    }
 }
 
 impl DeviceBackend for CpuBackend {

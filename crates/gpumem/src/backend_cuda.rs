@@ -133,6 +133,84 @@ impl RawMemory for CudaBackend {
     fn mem_get_info(&self) -> Result<(usize, usize)> {
         self.call("cuMemGetInfo", result::mem_get_info)
     }
+
+    fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
+        self.bind().map_err(ReserveError::Other)?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: reserves virtual address space only; `ptr` is written by the driver.
+        unsafe { sys::cuMemAddressReserve(&mut ptr, size, 0, 0, 0) }
+            .result()
+            .map_err(|e| ReserveError::Other(self.driver_error("cuMemAddressReserve", e)))?;
+        Ok(ptr as DevicePtr)
+    }
+
+    unsafe fn release_address_space(&self, ptr: DevicePtr, size: usize) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the caller guarantees the range came from cuMemAddressReserve and is unmapped.
+        // A failure here cannot be reported through this signature.
+        let _ = unsafe { sys::cuMemAddressFree(ptr as sys::CUdeviceptr, size) };
+    }
+
+    unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError> {
+        self.bind().map_err(ReserveError::Other)?;
+        let device = self.ctx.cu_device();
+        // SAFETY: a plain C struct; all-zero is its "nothing requested" value.
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = device;
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: `prop` describes memory on this context's device; `handle` is written.
+        match unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) } {
+            sys::CUresult::CUDA_SUCCESS => {}
+            sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => return Err(ReserveError::OutOfMemory),
+            other => {
+                return Err(ReserveError::Other(
+                    self.driver_error("cuMemCreate", DriverError(other)),
+                ));
+            }
+        }
+        let undo = |op: &'static str, e: DriverError| {
+            // SAFETY: the handle was created above and is not mapped (or was just unmapped).
+            let _ = unsafe { sys::cuMemRelease(handle) };
+            ReserveError::Other(self.driver_error(op, e))
+        };
+        // SAFETY: the range is reserved address space (the caller's guarantee), unmapped.
+        unsafe { sys::cuMemMap(ptr as sys::CUdeviceptr, size, 0, handle, 0) }
+            .result()
+            .map_err(|e| undo("cuMemMap", e))?;
+        // SAFETY: a plain C struct; every field is set below.
+        let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        access.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = device;
+        access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        // SAFETY: the range was just mapped.
+        if let Err(e) =
+            unsafe { sys::cuMemSetAccess(ptr as sys::CUdeviceptr, size, &access, 1) }.result()
+        {
+            // SAFETY: the range was mapped above and nobody has seen it.
+            let _ = unsafe { sys::cuMemUnmap(ptr as sys::CUdeviceptr, size) };
+            return Err(undo("cuMemSetAccess", e));
+        }
+        Ok(handle as u64)
+    }
+
+    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
+        if self.bind().is_err() {
+            return;
+        }
+        // cuMemUnmap does not wait for work that may still use the range (torch synchronizes
+        // the stream first for the same reason). Failures cannot be reported here.
+        let _ = result::ctx::synchronize();
+        // SAFETY: the caller guarantees the range and handle are one `map` call's, unused.
+        unsafe {
+            let _ = sys::cuMemUnmap(ptr as sys::CUdeviceptr, size);
+            let _ = sys::cuMemRelease(handle as sys::CUmemGenericAllocationHandle);
+        }
+    }
 }
 
 impl DeviceBackend for CudaBackend {

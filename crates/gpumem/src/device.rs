@@ -43,6 +43,21 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
     fn mem_get_info(&self) -> Result<(usize, usize)> {
         (**self).mem_get_info()
     }
+    fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
+        (**self).reserve_address_space(size)
+    }
+    unsafe fn release_address_space(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { (**self).release_address_space(ptr, size) }
+    }
+    unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { (**self).map(ptr, size) }
+    }
+    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { (**self).unmap(ptr, size, handle) }
+    }
 }
 
 pub(crate) struct DeviceInner {
@@ -274,9 +289,21 @@ impl Device {
         self.inner.allocator.set_memory_fraction(fraction)
     }
 
+    /// The fraction set by `set_per_process_memory_fraction`, 1.0 when none is set
+    /// (`torch.cuda.get_per_process_memory_fraction`).
+    pub fn get_per_process_memory_fraction(&self) -> f64 {
+        self.inner.allocator.memory_fraction()
+    }
+
     /// Removes the cap set by `set_per_process_memory_fraction`.
     pub fn clear_per_process_memory_fraction(&self) {
         self.inner.allocator.clear_memory_fraction();
+    }
+
+    /// Changes allocator settings at run time with `GPUMEM_ALLOC_CONF`'s syntax
+    /// (`torch.cuda.memory._set_allocator_settings`).
+    pub fn set_allocator_settings(&self, text: &str) -> Result<()> {
+        self.inner.allocator.set_allocator_settings(text)
     }
 
     /// Replaces the allocator's settings (what `GPUMEM_ALLOC_CONF` sets at start-up).

@@ -1,34 +1,54 @@
 //! The one error type of the runtime, with messages a learner can act on.
 
-use crate::format::format_bytes;
+use crate::format::{format_bytes, format_size};
 
 /// Everything that can go wrong in `gpumem`.
 #[derive(thiserror::Error)]
 pub enum Error {
-    /// A reservation failed even after the cache was released and the allocation retried.
+    /// A reservation failed even after the cache was released and the allocation retried. The
+    /// message is torch 2.x's (`c10/cuda/CUDACachingAllocator.cpp`), sentence by sentence, with
+    /// gpumem in place of PyTorch and `GPUMEM_ALLOC_CONF` in place of `PYTORCH_CUDA_ALLOC_CONF`.
     #[error(
-        "out of memory on {device}: tried to allocate {}. The device has a total capacity of {} of which {} is free{}. \
-         Of the memory this process reserved, {} is allocated and {} is reserved but unallocated{}",
-        format_bytes(*requested), format_bytes(*total), format_bytes(*free),
-        limit.map(|l| format!(" (this process may reserve at most {})", format_bytes(l))).unwrap_or_default(),
-        format_bytes(*allocated), format_bytes(*reserved_unallocated),
-        if *reserved_unallocated > *requested { "; the cache is fragmented: a max_split_size_mb in GPUMEM_ALLOC_CONF may help" } else { "" }
+        "{}. Tried to allocate {}. {} has a total capacity of {} of which {} is free. {}\
+         Of the allocated memory {} is allocated by gpumem, and {} is reserved by gpumem but unallocated. \
+         If reserved but unallocated memory is large try setting GPUMEM_ALLOC_CONF=expandable_segments:True \
+         to avoid fragmentation.  See documentation for Memory Management  \
+         (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+        out_of_memory_on(device), format_size(*alloc_size), device_in_sentence(device),
+        format_size(*total), format_size(*free),
+        allowed.map(|a| format!("{} allowed; ", format_size(a))).unwrap_or_default(),
+        format_size(*allocated), format_size(*reserved_unallocated)
     )]
     OutOfMemory {
         /// `cpu` or `cuda:N`.
         device: String,
-        /// Bytes asked for (after rounding to the allocator's block size).
+        /// The size torch names after "Tried to allocate": the segment the allocator tried to
+        /// reserve (20 MiB for a 5 MiB request), torch's `alloc_size`.
+        alloc_size: u64,
+        /// Bytes the caller asked for.
         requested: u64,
         /// The device's total memory.
         total: u64,
         /// The device's free memory, as the driver reports it.
         free: u64,
-        /// Bytes in live blocks of this process.
+        /// Bytes in live blocks of this process (`allocated_bytes.all.current`).
         allocated: u64,
         /// Bytes reserved by this process's allocator but not in live blocks.
         reserved_unallocated: u64,
-        /// The cap from `set_per_process_memory_fraction`, if any.
-        limit: Option<u64>,
+        /// The cap from `set_per_process_memory_fraction`, if any (torch's "allowed").
+        allowed: Option<u64>,
+    },
+    /// torch's guard for absurd sizes: a request of 1 EiB (2^60 bytes) or more is refused before
+    /// the allocator is asked.
+    #[error(
+        "{}. Tried to allocate more than 1EB memory.",
+        out_of_memory_on(device)
+    )]
+    AllocationTooLarge {
+        /// `cpu` or `cuda:N`.
+        device: String,
+        /// Bytes the caller asked for.
+        requested: u64,
     },
     /// CUDA was asked for but cannot be used on this machine.
     #[error("CUDA is not available: {reason}")]
@@ -118,6 +138,34 @@ pub enum Error {
 impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl Error {
+    /// Whether this is an out-of-memory error (torch's `OutOfMemoryError`): the allocator's, or
+    /// the guard for absurd sizes.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            Error::OutOfMemory { .. } | Error::AllocationTooLarge { .. }
+        )
+    }
+}
+
+/// torch's first sentence: "CUDA out of memory" on a GPU; the cpu device says what it is.
+fn out_of_memory_on(device: &str) -> String {
+    if device.starts_with("cuda") {
+        "CUDA out of memory".to_string()
+    } else {
+        format!("Out of memory on the {device} device")
+    }
+}
+
+/// torch's "GPU 0"; the cpu device is "The cpu device".
+fn device_in_sentence(device: &str) -> String {
+    match device.strip_prefix("cuda:") {
+        Some(ordinal) => format!("GPU {ordinal}"),
+        None => format!("The {device} device"),
     }
 }
 

@@ -15,6 +15,24 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{value:.2} {}", UNITS[unit])
 }
 
+/// torch's `format_size` (`c10/cuda/CUDACachingAllocator.cpp`), the units of its out-of-memory
+/// message: up to 1024 bytes in `bytes`, then KiB up to 1 MiB, MiB up to 1 GiB, GiB beyond, always
+/// with two decimals (`1024 bytes`, `1.00 MiB` is `1024.00 KiB`, `20.00 MiB`, `800000000.00 GiB`).
+pub fn format_size(bytes: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes <= KIB {
+        format!("{bytes} bytes")
+    } else if bytes <= MIB {
+        format!("{:.2} KiB", bytes as f64 / KIB as f64)
+    } else if bytes <= GIB {
+        format!("{:.2} MiB", bytes as f64 / MIB as f64)
+    } else {
+        format!("{:.2} GiB", bytes as f64 / GIB as f64)
+    }
+}
+
 /// Parses a size such as `4096`, `64KiB`, `512 MiB`, `2GiB` (also `K`/`KB`/`M`/`MB`/`G`/`GB`, binary).
 pub fn parse_bytes(text: &str) -> Option<u64> {
     let t = text.trim();
@@ -41,6 +59,23 @@ mod tests {
         assert_eq!(format_bytes(512), "512 B");
         assert_eq!(format_bytes(2 << 20), "2.00 MiB");
         assert_eq!(format_bytes(3 << 29), "1.50 GiB");
+    }
+
+    #[test]
+    fn format_size_uses_torchs_boundaries() {
+        assert_eq!(format_size(0), "0 bytes");
+        assert_eq!(format_size(1024), "1024 bytes");
+        assert_eq!(format_size(1025), "1.00 KiB");
+        assert_eq!(format_size(1 << 20), "1024.00 KiB");
+        assert_eq!(format_size((1 << 20) + 1), "1.00 MiB");
+        assert_eq!(format_size(20 << 20), "20.00 MiB");
+        assert_eq!(format_size(1 << 30), "1024.00 MiB");
+        assert_eq!(format_size(3 << 29), "1.50 GiB");
+        // test_cuda.py's test_out_of_memory: torch.empty(1024 * 1024 * 1024 * 800000000, int8).
+        assert_eq!(
+            format_size(1024 * 1024 * 1024 * 800000000),
+            "800000000.00 GiB"
+        );
     }
 
     #[test]

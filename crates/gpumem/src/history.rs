@@ -19,6 +19,10 @@ pub enum TraceAction {
     SegmentAlloc,
     /// A segment was returned to the device.
     SegmentFree,
+    /// Pages were mapped into an expandable segment (torch's `segment_map`).
+    SegmentMap,
+    /// Pages of an expandable segment were unmapped and returned (torch's `segment_unmap`).
+    SegmentUnmap,
     /// An allocation failed for lack of memory.
     Oom,
 }
@@ -129,13 +133,23 @@ pub struct SegmentInfo {
     pub allocated_size: u64,
     /// Bytes in live or pending blocks.
     pub active_size: u64,
+    /// Whether this is a mapped range of an expandable segment (torch reports one segment per
+    /// contiguous mapped range).
+    #[serde(default)]
+    pub is_expandable: bool,
     /// The blocks, in address order.
     pub blocks: Vec<BlockInfo>,
 }
 
 impl SegmentInfo {
     /// A segment from its blocks (address order).
-    pub fn new(address: u64, stream: StreamId, pool: Pool, blocks: Vec<BlockInfo>) -> Self {
+    pub fn new(
+        address: u64,
+        stream: StreamId,
+        pool: Pool,
+        is_expandable: bool,
+        blocks: Vec<BlockInfo>,
+    ) -> Self {
         let sum = |f: fn(&BlockInfo) -> bool| blocks.iter().filter(|b| f(b)).map(|b| b.size).sum();
         SegmentInfo {
             address,
@@ -147,6 +161,7 @@ impl SegmentInfo {
             },
             allocated_size: sum(|b| b.state == BlockState::ActiveAllocated),
             active_size: sum(|b| b.state != BlockState::Inactive),
+            is_expandable,
             blocks,
         }
     }

@@ -126,6 +126,9 @@ pub struct DeviceStats {
     pub num_device_alloc: u64,
     /// Segments returned to the device.
     pub num_device_free: u64,
+    /// The `max_split_size` setting in bytes; `u64::MAX` when unset (torch reports the same bits
+    /// as -1, its `int64_t` of `SIZE_MAX`).
+    pub max_split_size: u64,
 }
 
 impl DeviceStats {
@@ -200,6 +203,7 @@ impl DeviceStats {
         map.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
         map.insert("num_device_alloc".into(), self.num_device_alloc);
         map.insert("num_device_free".into(), self.num_device_free);
+        map.insert("max_split_size".into(), self.max_split_size);
         MemoryStats { map }
     }
 }
@@ -367,8 +371,8 @@ mod tests {
     #[test]
     fn every_torch_key_is_present() {
         let stats = DeviceStats::default().to_memory_stats();
-        // 9 pooled stats x 3 pools x 4 fields + 2 oversize x 4 + 5 counters
-        assert_eq!(stats.len(), 9 * 3 * 4 + 2 * 4 + 5);
+        // 9 pooled stats x 3 pools x 4 fields + 2 oversize x 4 + 5 counters + max_split_size
+        assert_eq!(stats.len(), 9 * 3 * 4 + 2 * 4 + 5 + 1);
         assert_eq!(stats.get("allocated_bytes.all.current"), Some(0));
         assert_eq!(stats.get("inactive_split_bytes.small_pool.peak"), Some(0));
         assert_eq!(stats.get("requested_bytes.large_pool.freed"), Some(0));

@@ -266,7 +266,11 @@ impl AllocTrace {
                         trace.events.push(TraceEvent::Free { id });
                     }
                 }
-                TraceAction::SegmentAlloc | TraceAction::SegmentFree | TraceAction::Oom => {}
+                TraceAction::SegmentAlloc
+                | TraceAction::SegmentFree
+                | TraceAction::SegmentMap
+                | TraceAction::SegmentUnmap
+                | TraceAction::Oom => {}
             }
         }
         trace

@@ -1,4 +1,7 @@
-//! Property test: random alloc/free/empty_cache sequences against a simple model of what must hold.
+//! Property test: random alloc/free/empty_cache sequences, with every setting that changes numbers
+//! (expandable segments included, and settings changed midway), against a simple model of what
+//! must hold: live blocks never overlap, the statistics equal the sums over the blocks, the
+//! snapshot's blocks tile what is reserved, and nothing is lost at the end.
 
 use gpumem::allocator::{Allocation, CachingAllocator, StreamId};
 use gpumem::backend::RawMemory;
@@ -11,11 +14,31 @@ const MIB: usize = 1 << 20;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { size: usize, stream: u64 },
-    Free { index: usize },
+    Alloc {
+        size: usize,
+        stream: u64,
+    },
+    Free {
+        index: usize,
+    },
     EmptyCache,
     ResetPeak,
+    /// Applies `CONFIGS[i]` at run time (`set_allocator_settings`).
+    Settings(usize),
+    /// Sets a memory fraction of 0.8 (true) or clears it (false).
+    Fraction(bool),
 }
+
+const CONFIGS: [&str; 8] = [
+    "",
+    "max_split_size_mb:32",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:[1:8,4:2,>:1]",
+    "max_split_size_mb:32,max_non_split_rounding_mb:40",
+    "garbage_collection_threshold:0.5",
+    "expandable_segments:True",
+    "expandable_segments:True,max_split_size_mb:32,roundup_power2_divisions:2",
+];
 
 fn size() -> impl Strategy<Value = usize> {
     prop_oneof![
@@ -32,15 +55,13 @@ fn op() -> impl Strategy<Value = Op> {
         5 => any::<usize>().prop_map(|index| Op::Free { index }),
         1 => Just(Op::EmptyCache),
         1 => Just(Op::ResetPeak),
+        1 => (0..CONFIGS.len()).prop_map(Op::Settings),
+        1 => any::<bool>().prop_map(Op::Fraction),
     ]
 }
 
 fn config() -> impl Strategy<Value = &'static str> {
-    prop_oneof![
-        Just(""),
-        Just("max_split_size_mb:32"),
-        Just("roundup_power2_divisions:4")
-    ]
+    (0..CONFIGS.len()).prop_map(|i| CONFIGS[i])
 }
 
 fn check(a: &CachingAllocator<CpuBackend>, live: &[Allocation], peak_model: u64) {
@@ -55,6 +76,11 @@ fn check(a: &CachingAllocator<CpuBackend>, live: &[Allocation], peak_model: u64)
         live.iter().filter(|b| b.size > 0).count() as u64
     );
     assert!(get("allocated_bytes.all.current") <= get("reserved_bytes.all.current"));
+    assert_eq!(
+        get("active_bytes.all.current"),
+        allocated,
+        "no pending frees: active = live"
+    );
     assert_eq!(
         get("allocated_bytes.all.peak"),
         peak_model,
@@ -107,7 +133,7 @@ fn check(a: &CachingAllocator<CpuBackend>, live: &[Allocation], peak_model: u64)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4_000, ..ProptestConfig::default() })]
 
     #[test]
     fn random_sequences_keep_every_invariant(conf in config(), ops in prop::collection::vec(op(), 1..40)) {
@@ -136,6 +162,9 @@ proptest! {
                     a.reset_peak_stats();
                     peak = a.allocated_bytes();
                 }
+                Op::Settings(i) => a.set_allocator_settings(CONFIGS[i]).unwrap(),
+                Op::Fraction(true) => a.set_memory_fraction(0.8).unwrap(),
+                Op::Fraction(false) => a.clear_memory_fraction(),
             }
             peak = peak.max(a.allocated_bytes());
             check(&a, &live, peak);
@@ -145,6 +174,11 @@ proptest! {
         }
         a.empty_cache();
         prop_assert_eq!(a.reserved_bytes(), 0, "everything freed plus empty_cache leaves nothing reserved");
+        prop_assert!(a.snapshot().segments.is_empty());
+        let stats = a.memory_stats();
+        for key in ["allocated_bytes.all.current", "active_bytes.all.current", "inactive_split_bytes.all.current", "requested_bytes.all.current", "oversize_allocations.current", "oversize_segments.current", "segment.all.current"] {
+            prop_assert_eq!(stats.get(key), Some(0), "{}", key);
+        }
         prop_assert_eq!(a.backend().mem_get_info().map(|(free, _)| free).ok(), Some(96 * MIB));
     }
 }

@@ -291,23 +291,27 @@ fn out_of_memory_error_says_what_was_asked_and_what_is_held_and_leaves_the_alloc
     let err = a.malloc(30 * MIB, S0).unwrap_err();
     match &err {
         Error::OutOfMemory {
+            alloc_size,
             requested,
             total,
             free,
             allocated,
             reserved_unallocated,
+            allowed,
             ..
         } => {
+            assert_eq!(*alloc_size, 30 * MIB as u64);
             assert_eq!(*requested, 30 * MIB as u64);
             assert_eq!(*total, 64 * MIB as u64);
             assert_eq!(*free, 24 * MIB as u64);
             assert_eq!(*allocated, 40 * MIB as u64);
             assert_eq!(*reserved_unallocated, 0);
+            assert_eq!(*allowed, None);
         }
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
     let text = err.to_string();
-    assert!(text.contains("tried to allocate 30.00 MiB"), "{text}");
+    assert!(text.contains("Tried to allocate 30.00 MiB"), "{text}");
     assert!(
         text.contains("total capacity of 64.00 MiB of which 24.00 MiB is free"),
         "{text}"
@@ -327,11 +331,12 @@ fn memory_fraction_caps_reservations() {
     let b = a.malloc(40 * MIB, S0).unwrap();
     let err = a.malloc(12 * MIB, S0).unwrap_err();
     assert!(
-        matches!(err, Error::OutOfMemory { limit: Some(l), .. } if l == 50 * MIB as u64),
+        matches!(err, Error::OutOfMemory { allowed: Some(l), .. } if l == 50 * MIB as u64),
         "{err}"
     );
     assert!(
-        err.to_string().contains("may reserve at most 50.00 MiB"),
+        err.to_string()
+            .contains("is free. 50.00 MiB allowed; Of the allocated memory"),
         "{err}"
     );
     a.clear_memory_fraction();

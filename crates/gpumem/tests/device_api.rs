@@ -258,7 +258,7 @@ fn out_of_memory_on_a_device_is_recoverable() {
     let err = dev.alloc::<u8>(40 << 20).unwrap_err();
     assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
     assert!(
-        err.to_string().contains("tried to allocate 40.00 MiB"),
+        err.to_string().contains("Tried to allocate 40.00 MiB"),
         "{err}"
     );
     assert_eq!(dev.memory_stats().get("num_ooms"), Some(1));
@@ -310,7 +310,7 @@ fn probe_bad_settings() {
     let err = Device::cpu().alloc::<u8>(1).unwrap_err();
     assert!(
         err.to_string()
-            .contains("GPUMEM_ALLOC_CONF option \"max_split_size_mb:lots\""),
+            .contains("GPUMEM_ALLOC_CONF option max_split_size_mb: \"lots\" is not a whole number"),
         "{err}"
     );
 }

@@ -74,6 +74,14 @@ pub struct ReplayArgs {
     /// Print JSON (a list, one object per trace) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// What-if: replay each trace once per setting (GPUMEM_ALLOC_CONF syntax, "" for torch's
+    /// defaults) and print them side by side; repeat the flag to compare settings.
+    #[arg(long = "alloc-conf", value_name = "CONF")]
+    pub alloc_conf: Vec<String>,
+    /// With --alloc-conf: cap each replay's reservations at this fraction of the capacity
+    /// (set_per_process_memory_fraction; garbage_collection_threshold needs one, as in torch).
+    #[arg(long = "memory-fraction", value_name = "F", requires = "alloc_conf")]
+    pub memory_fraction: Option<f64>,
 }
 
 /// Flags of `workbook verify`.

@@ -226,9 +226,13 @@ fn describe_config(config: &AllocatorConfig) -> String {
             format_bytes(config.max_split_size as u64)
         )
     };
-    let divisions = match config.roundup_power2_divisions {
-        0 | 1 => "roundup_power2_divisions off".to_string(),
-        n => format!("roundup_power2_divisions {n}"),
+    let d = config.roundup_power2_divisions;
+    let divisions = if d.iter().all(|&n| n <= 1) {
+        "roundup_power2_divisions off".to_string()
+    } else if d.iter().all(|&n| n == d[0]) {
+        format!("roundup_power2_divisions {}", d[0])
+    } else {
+        format!("roundup_power2_divisions {d:?} (one per power of two from 1 MiB)")
     };
     let gc = if config.garbage_collection_threshold > 0.0 {
         format!(
@@ -238,7 +242,12 @@ fn describe_config(config: &AllocatorConfig) -> String {
     } else {
         "garbage_collection_threshold off".to_string()
     };
-    format!("{split}, {divisions}, {gc}")
+    let expandable = if config.expandable_segments {
+        "expandable_segments on"
+    } else {
+        "expandable_segments off"
+    };
+    format!("{split}, {divisions}, {gc}, {expandable}")
 }
 
 /// One `f32` on `dev`: 512 B allocated in a 2 MiB segment, then freed and released. True when

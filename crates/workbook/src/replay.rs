@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use gpumem::backend::{DeviceBackend, RawMemory};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::backend_cuda::CudaBackend;
-use gpumem::trace::{AllocTrace, ReplayStats, replay};
+use gpumem::trace::{AllocTrace, ReplayError, ReplayStats, replay};
 use gpumem::{AllocatorConfig, CachingAllocator, DeviceKind, format_bytes};
 use std::path::Path;
 use std::process::ExitCode;
@@ -109,6 +109,184 @@ pub fn read_trace(path: &Path) -> Result<AllocTrace> {
     AllocTrace::from_json(&text).with_context(|| format!("{}", path.display()))
 }
 
+/// One trace replayed under one allocator setting: what `--alloc-conf` compares.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WhatIf {
+    /// The trace's name.
+    pub trace: String,
+    /// The setting as given (`""`: torch's defaults).
+    pub alloc_conf: String,
+    /// `requested_bytes.all.peak` (up to the failure, if one came).
+    pub peak_requested_bytes: u64,
+    /// `allocated_bytes.all.peak`.
+    pub peak_allocated_bytes: u64,
+    /// `reserved_bytes.all.peak`.
+    pub peak_reserved_bytes: u64,
+    /// Peak reserved over peak requested.
+    pub reserved_over_requested: f64,
+    /// The event at which the allocator ran out of memory; `None`: the whole trace ran.
+    pub oom_at_event: Option<usize>,
+    /// Reservations retried after releasing the cache (`num_alloc_retries`).
+    pub num_alloc_retries: u64,
+}
+
+/// What a what-if replay runs on and under: the device, the setting as given and parsed, and the
+/// memory fraction, if any.
+pub struct WhatIfSetup<'a> {
+    /// `cpu` or `cuda:N`.
+    pub device: &'a str,
+    /// The setting as given.
+    pub setting: &'a str,
+    /// The setting, parsed.
+    pub config: &'a AllocatorConfig,
+    /// The cap, as `set_per_process_memory_fraction`.
+    pub memory_fraction: Option<f64>,
+}
+
+/// Replays `trace` once through a fresh allocator with the setup's setting; out of memory is a
+/// result.
+pub fn what_if<B: RawMemory>(
+    backend: B,
+    setup: &WhatIfSetup,
+    name: &str,
+    trace: &AllocTrace,
+) -> Result<WhatIf> {
+    let allocator = CachingAllocator::new(backend, setup.device, setup.config.clone());
+    if let Some(fraction) = setup.memory_fraction {
+        allocator.set_memory_fraction(fraction)?;
+    }
+    let setting = setup.setting;
+    let oom_at_event = match replay(&allocator, trace) {
+        Ok(_) => None,
+        Err(ReplayError::Alloc { index, source }) if source.is_out_of_memory() => Some(index),
+        Err(e) => return Err(e.into()),
+    };
+    // A fresh allocator: its peaks and counters are this replay's, up to a failure if any.
+    let s = allocator.device_stats();
+    let (requested, reserved) = (s.requested_bytes.all.peak, s.reserved_bytes.all.peak);
+    Ok(WhatIf {
+        trace: name.to_string(),
+        alloc_conf: setting.to_string(),
+        peak_requested_bytes: requested,
+        peak_allocated_bytes: s.allocated_bytes.all.peak,
+        peak_reserved_bytes: reserved,
+        reserved_over_requested: if requested == 0 {
+            0.0
+        } else {
+            reserved as f64 / requested as f64
+        },
+        oom_at_event,
+        num_alloc_retries: s.num_alloc_retries,
+    })
+}
+
+/// The what-if rows as a table: per trace, one row per setting.
+pub fn what_if_table(rows: &[WhatIf]) -> String {
+    let label = |r: &WhatIf| {
+        if r.alloc_conf.is_empty() {
+            "(torch's defaults)".to_string()
+        } else {
+            r.alloc_conf.clone()
+        }
+    };
+    let width = rows
+        .iter()
+        .map(|r| label(r).len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let mut out = String::new();
+    let mut current = None;
+    for r in rows {
+        if current != Some(&r.trace) {
+            if current.is_some() {
+                out.push('\n');
+            }
+            current = Some(&r.trace);
+            out.push_str(&format!(
+                "{}\n{:<width$}  {:>14}  {:>14}  {:>18}  {:>16}  {:>7}\n",
+                r.trace,
+                "setting",
+                "peak allocated",
+                "peak reserved",
+                "reserved/requested",
+                "out of memory",
+                "retries"
+            ));
+        }
+        let oom = match r.oom_at_event {
+            None => "no".to_string(),
+            Some(i) => format!("at event {i}"),
+        };
+        out.push_str(&format!(
+            "{:<width$}  {:>14}  {:>14}  {:>18.3}  {:>16}  {:>7}\n",
+            label(r),
+            format_bytes(r.peak_allocated_bytes),
+            format_bytes(r.peak_reserved_bytes),
+            r.reserved_over_requested,
+            oom,
+            r.num_alloc_retries
+        ));
+    }
+    out
+}
+
+/// `workbook replay --alloc-conf ...`: every trace under every setting, once each.
+fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
+    let mut settings = Vec::new();
+    for text in &args.alloc_conf {
+        let config =
+            AllocatorConfig::parse(text).with_context(|| format!("--alloc-conf {text:?}"))?;
+        settings.push((text.as_str(), config));
+    }
+    let mut rows = Vec::new();
+    for path in &args.traces {
+        let trace = read_trace(path)?;
+        let name = path.file_stem().map_or_else(
+            || path.display().to_string(),
+            |s| s.to_string_lossy().into(),
+        );
+        for (text, config) in &settings {
+            let device = target.kind.to_string();
+            let setup = WhatIfSetup {
+                device: &device,
+                setting: text,
+                config,
+                memory_fraction: args.memory_fraction,
+            };
+            let row = match target.kind {
+                DeviceKind::Cpu => what_if(CpuBackend::new(target.capacity), &setup, &name, &trace),
+                DeviceKind::Cuda(n) => {
+                    let backend =
+                        CudaBackend::new(n).with_context(|| format!("opening cuda:{n}"))?;
+                    what_if(backend, &setup, &name, &trace)
+                }
+            }
+            .with_context(|| format!("replaying {} with {text:?}", path.display()))?;
+            rows.push(row);
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("JSON values serialise")
+        );
+    } else {
+        let fraction = args
+            .memory_fraction
+            .map(|f| format!("; memory fraction {f}"))
+            .unwrap_or_default();
+        println!("what-if replay on {}{fraction}\n", device_line(target));
+        print!("{}", what_if_table(&rows));
+        for (text, config) in &settings {
+            for note in config.notes() {
+                println!("note ({text}): {note}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `workbook replay`.
 pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
     let kind = parse_device(&args.device)?;
@@ -124,8 +302,11 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
             bail!("--capacity is for the cpu device; a GPU's capacity is its memory")
         }
     };
-    let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
     let target = Target { kind, capacity };
+    if !args.alloc_conf.is_empty() {
+        return run_what_if(args, target);
+    }
+    let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
     let mut results = Vec::new();
     for path in &args.traces {
         let trace = read_trace(path)?;
@@ -181,11 +362,7 @@ fn device_line(target: Target) -> String {
 }
 
 fn header(target: Target, config: &AllocatorConfig, repeats: u32) -> String {
-    let conf = if *config == AllocatorConfig::default() {
-        "torch's defaults".to_string()
-    } else {
-        format!("{config:?}")
-    };
+    let conf = config.describe();
     format!(
         "replay on {}\nallocator settings: {conf}; time per event: the median of {repeats} replay(s)\n\n",
         device_line(target)

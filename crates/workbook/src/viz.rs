@@ -136,8 +136,12 @@ fn totals(snapshot: &Snapshot) -> Vec<(u64, u64)> {
     // undone where the trace says exactly how: a segment event carries the segment's size, but an
     // alloc or free carries the size asked for, not the block's, so its totals are kept.
     let before = match first.action {
-        TraceAction::SegmentAlloc => (first.allocated, first.reserved.saturating_sub(first.size)),
-        TraceAction::SegmentFree => (first.allocated, first.reserved + first.size),
+        TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+            (first.allocated, first.reserved.saturating_sub(first.size))
+        }
+        TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+            (first.allocated, first.reserved + first.size)
+        }
         TraceAction::Alloc | TraceAction::Free | TraceAction::Oom => {
             (first.allocated, first.reserved)
         }
@@ -828,6 +832,7 @@ mod tests {
             segment_type: segment_type.to_string(),
             allocated_size: sum(|b| b.state == BlockState::ActiveAllocated),
             active_size: sum(|b| b.state != BlockState::Inactive),
+            is_expandable: false,
             blocks,
         }
     }

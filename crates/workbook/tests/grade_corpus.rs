@@ -614,8 +614,8 @@ fn memory_hogs_fail_their_tests_at_the_memory_limit_and_say_so() {
     // The test's `expect` prints gpumem's message: 64 MiB asked, the 128 MiB device full.
     assert!(
         device.contains(
-            "out of memory on cpu: tried to allocate 64.00 MiB. \
-             The device has a total capacity of 128.00 MiB of which 0 B is free"
+            "Out of memory on the cpu device. Tried to allocate 64.00 MiB. \
+             The cpu device has a total capacity of 128.00 MiB of which 0 bytes is free"
         ),
         "{device}"
     );

@@ -192,3 +192,159 @@ fn an_unknown_device_is_refused() {
         assert!(stderr.contains("cuda:0"), "{stderr}");
     }
 }
+
+/// The fragmentation case of chapter 10's kind: a cached 100 MiB segment split by 30 MiB, then
+/// 80 MiB on a 120 MiB device. Torch's defaults run out of memory with 90 MiB free in all; a
+/// max_split_size keeps the big block whole; an expandable segment grows behind the free part.
+fn fragmenting_trace(dir: &tempfile::TempDir) -> PathBuf {
+    write_trace(
+        dir,
+        "fragmenting.json",
+        r#"{"op":"alloc","id":0,"size":104857600},
+           {"op":"free","id":0},
+           {"op":"alloc","id":1,"size":31457280},
+           {"op":"alloc","id":2,"size":83886080},
+           {"op":"free","id":1},
+           {"op":"free","id":2}"#,
+    )
+}
+
+#[test]
+fn what_if_compares_settings_side_by_side() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = fragmenting_trace(&dir);
+    let (output, stdout, stderr) = replay(&[
+        path.to_str().expect("a UTF-8 path"),
+        "--capacity",
+        "120MiB",
+        "--json",
+        "--alloc-conf",
+        "",
+        "--alloc-conf",
+        "max_split_size_mb:64",
+        "--alloc-conf",
+        "expandable_segments:True",
+    ]);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let rows: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let rows = rows.as_array().expect("a list");
+    assert_eq!(rows.len(), 3);
+    let mib = |n: u64| serde_json::Value::from(n << 20);
+    // Defaults: out of memory at the 80 MiB request (event 3), after the one retry.
+    assert_eq!(rows[0]["alloc_conf"], "");
+    assert_eq!(rows[0]["oom_at_event"], 3);
+    assert_eq!(rows[0]["num_alloc_retries"], 1);
+    assert_eq!(rows[0]["peak_reserved_bytes"], mib(100));
+    // max_split_size_mb:64: the 30 MiB request gets its own segment once the oversize 100 MiB
+    // block is released; 80 MiB then fits beside it.
+    assert_eq!(rows[1]["oom_at_event"], serde_json::Value::Null);
+    assert_eq!(rows[1]["peak_reserved_bytes"], mib(110));
+    assert_eq!(rows[1]["num_alloc_retries"], 0);
+    // Expandable segments: one more 20 MiB page behind the free 70 MiB.
+    assert_eq!(rows[2]["oom_at_event"], serde_json::Value::Null);
+    assert_eq!(rows[2]["peak_reserved_bytes"], mib(120));
+    assert_eq!(rows[2]["peak_allocated_bytes"], mib(110));
+    assert_eq!(rows[2]["reserved_over_requested"], 120.0 / 110.0);
+}
+
+#[test]
+fn what_if_prints_one_row_per_setting_with_every_column() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = fragmenting_trace(&dir);
+    let (output, stdout, stderr) = replay(&[
+        path.to_str().expect("a UTF-8 path"),
+        "--capacity",
+        "120MiB",
+        "--alloc-conf",
+        "",
+        "--alloc-conf",
+        "expandable_segments:True",
+        "--alloc-conf",
+        "release_lock_on_cudamalloc:True",
+    ]);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for column in [
+        "setting",
+        "peak allocated",
+        "peak reserved",
+        "reserved/requested",
+        "out of memory",
+        "retries",
+    ] {
+        assert!(stdout.contains(column), "{column}: {stdout}");
+    }
+    let line = |start: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no row {start}: {stdout}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        line("(torch's defaults)"),
+        "(torch's defaults) 100.00 MiB 100.00 MiB 1.000 at event 3 1"
+    );
+    assert_eq!(
+        line("expandable_segments:True"),
+        "expandable_segments:True 110.00 MiB 120.00 MiB 1.091 no 0"
+    );
+    assert!(
+        stdout.contains("note (release_lock_on_cudamalloc:True)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn what_if_with_a_bad_setting_names_it() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = fragmenting_trace(&dir);
+    let (output, stdout, stderr) = replay(&[
+        path.to_str().expect("a UTF-8 path"),
+        "--alloc-conf",
+        "max_split_size_mb:8",
+    ]);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("--alloc-conf \"max_split_size_mb:8\"")
+            && stderr.contains("max_split_size_mb too small, must be > 20"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn what_if_garbage_collection_needs_a_memory_fraction() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // Two cached blocks (30 and 24 MiB), then 40 MiB: past half of 100 MiB, collection releases
+    // both before reserving; without a fraction nothing is collected.
+    let path = write_trace(
+        &dir,
+        "gc.json",
+        r#"{"op":"alloc","id":0,"size":31457280},
+           {"op":"alloc","id":1,"size":25165824},
+           {"op":"free","id":0},
+           {"op":"free","id":1},
+           {"op":"alloc","id":2,"size":41943040},
+           {"op":"free","id":2}"#,
+    );
+    let peak = |fraction: Option<&str>| {
+        let mut args = vec![
+            path.to_str().expect("a UTF-8 path"),
+            "--capacity",
+            "100MiB",
+            "--json",
+            "--alloc-conf",
+            "garbage_collection_threshold:0.5",
+        ];
+        if let Some(f) = fraction {
+            args.extend(["--memory-fraction", f]);
+        }
+        let (output, stdout, stderr) = replay(&args);
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        let rows: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        rows[0]["peak_reserved_bytes"].as_u64().expect("a number")
+    };
+    assert_eq!(peak(None), 94 << 20);
+    assert_eq!(peak(Some("1.0")), 54 << 20);
+}

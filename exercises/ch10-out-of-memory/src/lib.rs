@@ -1,0 +1,232 @@
+//! Chapter 10: out of memory.
+//!
+//! Read torch's out-of-memory message number by number, tell fragmentation from a full device,
+//! and make a workload that runs out of memory with plenty free in total fit: with
+//! `max_split_size_mb`, with `expandable_segments`, and by changing the order of its allocations
+//! (`garbage_collection_threshold` is measured too). Edit the items marked `TODO`.
+
+use gpumem::{Buffer, Device, Error, Result};
+
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+
+// ANCHOR: workload
+/// What the workload may reserve: its budget, set with `set_per_process_memory_fraction`.
+pub const BUDGET: u64 = 130 * MIB;
+/// A staging buffer for loading data, dropped once the data is in place.
+pub const STAGING: usize = 100 << 20;
+/// The activations, kept to the end.
+pub const ACTIVATIONS: usize = 30 << 20;
+/// The gradients, kept to the end.
+pub const GRADIENTS: usize = 80 << 20;
+
+/// What the workload holds when it is done: 110 MiB, well under the budget.
+pub struct Held {
+    /// `ACTIVATIONS` bytes.
+    pub activations: Buffer<u8>,
+    /// `GRADIENTS` bytes.
+    pub gradients: Buffer<u8>,
+}
+
+/// The workload as written: stage the data, let the staging buffer go, then allocate the
+/// activations and the gradients.
+pub fn workload_as_written(dev: &Device) -> Result<Held> {
+    let staging = dev.alloc::<u8>(STAGING)?;
+    drop(staging);
+    let activations = dev.alloc::<u8>(ACTIVATIONS)?;
+    let gradients = dev.alloc::<u8>(GRADIENTS)?;
+    Ok(Held {
+        activations,
+        gradients,
+    })
+}
+// ANCHOR_END: workload
+
+// ANCHOR: budget
+/// The fraction to pass to `set_per_process_memory_fraction` on a device of `total` bytes so that
+/// the cap is at least `budget` and less than `budget` + 1 MiB (`total` is more than that).
+pub fn budget_fraction(_budget: u64, _total: u64) -> f64 {
+    // TODO: torch caps at `(fraction × total)` rounded down: aim half a MiB above the budget.
+    todo!("the fraction of {_total} bytes that is {_budget} bytes")
+}
+// ANCHOR_END: budget
+
+// ANCHOR: report
+/// The numbers of an out-of-memory message, in bytes (torch prints two decimals, so a number read
+/// from text is within half a hundredth of its unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OomReport {
+    /// "Tried to allocate X": the segment the allocator tried to reserve.
+    pub tried_to_allocate: u64,
+    /// "a total capacity of X".
+    pub total: u64,
+    /// "of which X is free": the device's free memory.
+    pub free: u64,
+    /// "X allowed;": the cap from `set_per_process_memory_fraction`, when one is set.
+    pub allowed: Option<u64>,
+    /// "X is allocated by PyTorch" (gpumem): bytes in live blocks.
+    pub allocated: u64,
+    /// "X is reserved by PyTorch but unallocated": cached, free, still reserved.
+    pub reserved_unallocated: u64,
+}
+
+/// What an out-of-memory error says about its cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Diagnosis {
+    /// The cache holds at least the size asked for, but in pieces no request fits in.
+    Fragmentation,
+    /// The device had room, but the process's cap (its memory fraction) did not.
+    OverTheCap,
+    /// The memory is really in use: by this process's live blocks or by others.
+    DeviceFull,
+}
+// ANCHOR_END: report
+
+// ANCHOR: read
+/// A size as torch's `format_size` prints it: `"1024 bytes"`, `"1.50 KiB"`, `"20.00 MiB"`,
+/// `"15.51 GiB"`, in bytes (rounded to the nearest byte). `None` for anything else.
+pub fn parse_size(_text: &str) -> Option<u64> {
+    // TODO: a number, a space, a unit (bytes, KiB, MiB, GiB): the number times the unit.
+    todo!("read the size {_text:?}")
+}
+
+/// The numbers of an out-of-memory message, as torch (or gpumem) prints it. `None` when a number
+/// is missing: not such a message, or torch's "more than 1EB" refusal.
+pub fn parse_oom(_text: &str) -> Option<OomReport> {
+    // TODO: each number follows a fixed phrase ("Tried to allocate ", "total capacity of ",
+    // " of which ", "Of the allocated memory "), or comes just before one (" allowed;",
+    // " is reserved by").
+    todo!("read the numbers of {_text:?}")
+}
+
+/// What `report` says about the cause: `Fragmentation` when the process's cached bytes plus the
+/// room it still has (under its cap, and on the device) would hold the request; otherwise
+/// `OverTheCap` when a cap is set and the device had the room; otherwise `DeviceFull`.
+pub fn diagnose(_report: &OomReport) -> Diagnosis {
+    // TODO: reserved = allocated + reserved_unallocated; room = free, or with a cap the smaller
+    // of free and allowed − reserved.
+    todo!("diagnose {_report:?}")
+}
+// ANCHOR_END: read
+
+// ANCHOR: fix
+/// The settings that might fix the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingFix {
+    /// Keep big blocks whole.
+    MaxSplitSize,
+    /// Grow one segment instead of reserving many.
+    ExpandableSegments,
+    /// Reclaim old cached blocks before the cap is reached.
+    GarbageCollection,
+}
+
+/// The `GPUMEM_ALLOC_CONF` text (torch's `PYTORCH_CUDA_ALLOC_CONF`) of each fix, one option each.
+pub fn fix_setting(_fix: SettingFix) -> &'static str {
+    // TODO: one option per fix, with a value torch accepts.
+    todo!("the setting for {_fix:?}")
+}
+
+/// The workload with its allocations in another order, so that it fits under `BUDGET` with
+/// torch's default settings: the same three buffers, the same two held at the end, no
+/// `empty_cache`.
+pub fn workload_reordered(_dev: &Device) -> Result<Held> {
+    // TODO: which buffer split the cached staging segment in the workload as written?
+    todo!("allocate the same buffers in an order that does not fragment")
+}
+// ANCHOR_END: fix
+
+// ANCHOR: predict
+/// Your prediction for each case, before you run it.
+pub fn predict(_case: Case) -> Outcome {
+    // TODO: for each case: does it run out of memory, what is the peak reserved (MiB), and how
+    // many times is the whole cache released to retry? Work it out from the allocator's rules.
+    todo!("predict {_case:?}")
+}
+// ANCHOR_END: predict
+
+// ANCHOR: cases
+/// The ways of running the workload the chapter measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    /// As written, torch's default settings.
+    AsWritten,
+    /// As written, with `fix_setting(SettingFix::MaxSplitSize)`.
+    MaxSplitSize,
+    /// As written, with `fix_setting(SettingFix::ExpandableSegments)`.
+    ExpandableSegments,
+    /// As written, with `fix_setting(SettingFix::GarbageCollection)`.
+    GarbageCollection,
+    /// `workload_reordered`, torch's default settings.
+    Reordered,
+}
+
+/// Every case, in the order the chapter shows them.
+pub const CASES: [Case; 5] = [
+    Case::AsWritten,
+    Case::MaxSplitSize,
+    Case::ExpandableSegments,
+    Case::GarbageCollection,
+    Case::Reordered,
+];
+
+/// What a run of the workload came to (or what you predict it comes to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Whether an allocation failed with out of memory.
+    pub out_of_memory: bool,
+    /// `max_memory_reserved()` at the end, in MiB.
+    pub peak_reserved_mib: u64,
+    /// `num_alloc_retries`: reservations retried after the whole cache was released.
+    pub retries: u64,
+}
+
+/// Runs one case on `dev` under `BUDGET` from a clean start and puts the device back as it was.
+/// Returns what happened and the out-of-memory error, if there was one.
+pub fn measure(dev: &Device, case: Case) -> Result<(Outcome, Option<Error>)> {
+    let original = dev.allocator().config();
+    dev.empty_cache();
+    dev.reset_peak_memory_stats();
+    dev.reset_accumulated_memory_stats();
+    let setting = match case {
+        Case::AsWritten | Case::Reordered => "",
+        Case::MaxSplitSize => fix_setting(SettingFix::MaxSplitSize),
+        Case::ExpandableSegments => fix_setting(SettingFix::ExpandableSegments),
+        Case::GarbageCollection => fix_setting(SettingFix::GarbageCollection),
+    };
+    let (_, total) = dev.mem_get_info()?;
+    let run = dev
+        .set_allocator_settings(setting)
+        .and_then(|()| dev.set_per_process_memory_fraction(budget_fraction(BUDGET, total)))
+        .and_then(|()| match case {
+            Case::Reordered => workload_reordered(dev),
+            _ => workload_as_written(dev),
+        });
+    let error = match run {
+        Ok(held) => {
+            drop(held);
+            None
+        }
+        Err(e) if e.is_out_of_memory() => Some(e),
+        Err(e) => {
+            restore(dev, original);
+            return Err(e);
+        }
+    };
+    let stats = dev.memory_stats();
+    let outcome = Outcome {
+        out_of_memory: error.is_some(),
+        peak_reserved_mib: dev.max_memory_reserved() / MIB,
+        retries: stats.get("num_alloc_retries").unwrap_or(0),
+    };
+    restore(dev, original);
+    Ok((outcome, error))
+}
+
+/// Settings, cap and cache back as they were before `measure`.
+fn restore(dev: &Device, original: gpumem::AllocatorConfig) {
+    dev.set_allocator_config(original);
+    dev.clear_per_process_memory_fraction();
+    dev.empty_cache();
+}
+// ANCHOR_END: cases
