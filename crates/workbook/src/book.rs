@@ -3,6 +3,8 @@
 //! mdBook only logs a broken `{{#include}}` and renders the page anyway, and an anchor that is not
 //! in the file silently includes nothing; both are errors here, naming the page and the link.
 
+pub mod pages;
+
 use anyhow::{Context, Result, bail};
 use mdbook_driver::MDBook;
 use mdbook_driver::book::BookItem;
@@ -77,6 +79,8 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
                 .with_context(|| format!("resolving {}", dest.display()))?;
         }
         check_includes(&book)?;
+        let exercises = book_dir.join("../exercises");
+        book.with_preprocessor(pages::WorkbookPages { exercises });
         book.build()
             .with_context(|| format!("building the book in {}", book_dir.display()))?;
         Ok(book.root.join(&book.config.build.build_dir))
