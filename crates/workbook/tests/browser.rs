@@ -1,7 +1,9 @@
 //! The book in a real browser. Builds it with `workbook book`, serves it on 127.0.0.1, and opens every page in headless Chromium through chromedriver
 //! (WebDriver): no JavaScript errors and no failed loads in the browser's log, every image loaded,
 //! every internal link and `#anchor` resolving, code blocks highlighted, the sidebar listing every
-//! page of SUMMARY.md, and the search finding the chapters that teach `empty_cache`.
+//! page of SUMMARY.md, and the search finding the chapters that teach `empty_cache`. Layouts fit:
+//! at 1280 px nothing in a page scrolls sideways; at 390 px no table does, and the pictures'
+//! smallest label is drawn at 10 px or more.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
@@ -261,6 +263,48 @@ struct Link {
     anchor: String,
 }
 
+/// The phone's window width, and the smallest a picture's label may be drawn on it, in CSS px.
+const PHONE_WIDTH: u32 = 390;
+const MIN_LABEL_PX: f64 = 10.0;
+
+/// Every element of the page's text that scrolls sideways (its content is wider than its box and
+/// its `overflow-x` lets it scroll), and the page itself when wider than the window. `arguments[0]`
+/// is true on a phone, where code blocks (whose columns of output must stay aligned) and the
+/// pictures' own paragraphs may scroll, and tables may not. Runs in the page.
+const OVERFLOW: &str = r#"
+const phone = arguments[0];
+const out = [];
+const main = document.querySelector('#mdbook-content main') || document.querySelector('main');
+if (main === null) { return out; }
+const describe = (e) => {
+  const t = (e.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 50);
+  return e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ')[0] : '')
+    + ' "' + t + '"';
+};
+for (const e of [main, ...main.querySelectorAll('*')]) {
+  if (e.scrollWidth <= e.clientWidth + 1) { continue; }
+  const style = getComputedStyle(e);
+  const scrolls = e === main || style.overflowX === 'auto' || style.overflowX === 'scroll';
+  if (!scrolls || e.clientWidth === 0) { continue; }
+  if (phone && (e.closest('pre') !== null
+                || e.querySelector('img[src^="pictures/"]') !== null)) { continue; }
+  out.push(describe(e) + ' is ' + e.scrollWidth + ' px wide in ' + e.clientWidth + ' px');
+}
+if (document.documentElement.scrollWidth > window.innerWidth + 1) {
+  out.push('the page is ' + document.documentElement.scrollWidth + ' px wide in a '
+    + window.innerWidth + ' px window');
+}
+return out;
+"#;
+
+/// The pictures of a page: their `src` and the width they are drawn at. Runs in the page.
+const PICTURES: &str = r#"
+// mdBook draws each picture twice: in the page, and in its hidden zoomed view (.img-wrapper).
+return Array.from(document.querySelectorAll('main img[src^="pictures/"]'))
+  .filter(i => i.closest('.img-wrapper') === null).map(i => ({
+  src: i.getAttribute('src'), width: i.getBoundingClientRect().width }));
+"#;
+
 /// Collects what a loaded page holds. Runs in the page.
 const INSPECT: &str = r#"
 const url = (href) => { try { return new URL(href, document.baseURI); } catch (e) { return null; } };
@@ -342,6 +386,9 @@ impl BookCheck {
                     .push(format!("{file}: browser log: {entry}"));
             }
             origin = info["origin"].as_str().unwrap_or_default().to_string();
+            for problem in self.overflow(client, file, false).await? {
+                report.problems.push(format!("at 1280 px, {problem}"));
+            }
             for image in info["images"].as_array().into_iter().flatten() {
                 report.images += 1;
                 if image["ok"] != json!(true) {
@@ -433,6 +480,10 @@ impl BookCheck {
             }
         }
 
+        report
+            .problems
+            .extend(self.on_a_phone(client, &files).await?);
+
         let (found, problems) = self.search(client).await?;
         report.search_results = found;
         report.problems.extend(problems);
@@ -445,6 +496,106 @@ impl BookCheck {
             self.screenshots(client, dir).await?;
         }
         Ok(report)
+    }
+
+    /// What scrolls sideways in the page now open ([`OVERFLOW`]), each named with `file`.
+    async fn overflow(
+        &self,
+        client: &Client,
+        file: &str,
+        phone: bool,
+    ) -> Result<Vec<String>, String> {
+        let found = client
+            .execute(OVERFLOW, vec![json!(phone)])
+            .await
+            .map_err(|e| format!("measuring {file}: {e}"))?;
+        Ok(found
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .map(|p| format!("{file}: {p}"))
+            .collect())
+    }
+
+    /// Every page again in a phone's window ([`PHONE_WIDTH`]): no table or code scrolls sideways
+    /// (the pictures may, in their own paragraph), and every picture is drawn wide enough for its
+    /// smallest label to be [`MIN_LABEL_PX`] or more. Puts the window back to 1280 px after.
+    async fn on_a_phone(&self, client: &Client, files: &[String]) -> Result<Vec<String>, String> {
+        let mut problems = Vec::new();
+        client
+            .set_window_size(PHONE_WIDTH, 844)
+            .await
+            .map_err(|e| format!("resizing the window: {e}"))?;
+        let inner = client
+            .execute("return window.innerWidth;", vec![])
+            .await
+            .map_err(|e| format!("reading the window's width: {e}"))?;
+        if inner.as_u64() != Some(u64::from(PHONE_WIDTH)) {
+            problems.push(format!(
+                "the window could not be made {PHONE_WIDTH} px wide (innerWidth {inner})"
+            ));
+        }
+        let mut pictures = 0;
+        for file in files {
+            self.open(client, file).await?;
+            for problem in self.overflow(client, file, true).await? {
+                problems.push(format!("at {PHONE_WIDTH} px, {problem}"));
+            }
+            let drawn = client
+                .execute(PICTURES, vec![])
+                .await
+                .map_err(|e| format!("measuring the pictures of {file}: {e}"))?;
+            for picture in drawn.as_array().into_iter().flatten() {
+                pictures += 1;
+                let src = picture["src"].as_str().unwrap_or_default();
+                let width = picture["width"].as_f64().unwrap_or(0.0);
+                let svg = std::fs::read_to_string(self.dest.join(src))
+                    .map_err(|e| format!("{file}: reading the picture {src}: {e}"))?;
+                let Some((natural, smallest)) = svg_width_and_smallest_font(&svg) else {
+                    problems.push(format!("{file}: {src} has no width or no font-size"));
+                    continue;
+                };
+                let label = smallest * width / natural;
+                if label < MIN_LABEL_PX {
+                    problems.push(format!(
+                        "at {PHONE_WIDTH} px, {file}: {src} is drawn {width:.0} px wide of \
+                         {natural:.0}, so its {smallest} px labels are {label:.1} px \
+                         (at least {MIN_LABEL_PX} px wanted)"
+                    ));
+                }
+            }
+        }
+        if pictures == 0 {
+            problems.push(format!("at {PHONE_WIDTH} px no picture was measured"));
+        }
+        if let Some(dir) = &self.screenshots {
+            for page in ["ch07-pinned-memory.html", "ch03-drop-and-empty-cache.html"] {
+                self.open(client, page).await?;
+                self.screenshot(
+                    client,
+                    dir,
+                    &format!("{}-phone", page.trim_end_matches(".html")),
+                )
+                .await?;
+            }
+        }
+        client
+            .set_window_size(1280, 900)
+            .await
+            .map_err(|e| format!("resizing the window back: {e}"))?;
+        Ok(problems)
+    }
+
+    /// Saves a screenshot of the window as `<dir>/<name>.png`.
+    async fn screenshot(&self, client: &Client, dir: &Path, name: &str) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let png = client
+            .screenshot()
+            .await
+            .map_err(|e| format!("screenshot {name}: {e}"))?;
+        std::fs::write(dir.join(format!("{name}.png")), png)
+            .map_err(|e| format!("writing {name}.png: {e}"))
     }
 
     /// Opens a page and waits until it and its images have loaded; returns what it holds.
@@ -615,6 +766,25 @@ impl WebDriverCompatibleCommand for BrowserLog {
     }
 }
 
+/// An SVG's `width` and the smallest `font-size` of its text, in its own px.
+fn svg_width_and_smallest_font(svg: &str) -> Option<(f64, f64)> {
+    let attribute = |text: &str, name: &str| -> Vec<f64> {
+        let key = format!(" {name}=\"");
+        text.match_indices(&key)
+            .filter_map(|(i, _)| {
+                let rest = &text[i + key.len()..];
+                rest[..rest.find('"')?].parse().ok()
+            })
+            .collect()
+    };
+    let tag = &svg[svg.find("<svg")?..];
+    let width = *attribute(&tag[..tag.find('>')?], "width").first()?;
+    let smallest = attribute(svg, "font-size")
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    smallest.is_finite().then_some((width, smallest))
+}
+
 /// Every `.html` file of the built book, relative to its root, sorted.
 fn html_files(dest: &Path) -> Vec<String> {
     fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
@@ -672,6 +842,17 @@ fn chapter_pages_mentioning(src: &Path, summary: &str, word: &str) -> Vec<String
             std::fs::read_to_string(md).is_ok_and(|text| text.contains(word))
         })
         .collect()
+}
+
+#[test]
+fn an_svg_gives_its_width_and_smallest_label() {
+    let svg = r#"<svg xmlns="x" width="750" height="400"><text font-size="13">a</text>
+        <text x="1" font-size="11.5">b</text></svg>"#;
+    assert_eq!(svg_width_and_smallest_font(svg), Some((750.0, 11.5)));
+    assert_eq!(
+        svg_width_and_smallest_font("<svg width=\"10\"></svg>"),
+        None
+    );
 }
 
 #[test]

@@ -217,9 +217,7 @@ pub fn with_cli_commands(
 /// a button, then the solution in a block the book's script shows only after the button.
 pub fn behind_the_gate(content: &str, chapter: &str) -> String {
     let (title, body) = match content.split_once('\n') {
-        Some((first, rest)) if heading(first).is_some_and(|(level, _)| level == 1) => {
-            (first, rest)
-        }
+        Some((first, rest)) if heading(first).is_some_and(|(level, _)| level == 1) => (first, rest),
         _ => ("", content),
     };
     format!(
@@ -270,7 +268,10 @@ mod tests {
     fn an_exercise_heading_without_a_chapter_toml_entry_is_an_error() {
         let page = "### Exercise 3: c\n\ntext\n";
         let err = with_cli_commands(page, "ch01-x", &names(&["a", "b"])).unwrap_err();
-        assert!(err.contains("Exercise 3") && err.contains("lists 2"), "{err}");
+        assert!(
+            err.contains("Exercise 3") && err.contains("lists 2"),
+            "{err}"
+        );
     }
 
     #[test]
