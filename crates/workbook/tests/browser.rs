@@ -3,7 +3,10 @@
 //! every internal link and `#anchor` resolving, code blocks highlighted, the sidebar listing every
 //! page of SUMMARY.md, and the search finding the chapters that teach `empty_cache`. Layouts fit:
 //! at 1280 px nothing in a page scrolls sideways; at 390 px no table does, and the pictures'
-//! smallest label is drawn at 10 px or more.
+//! smallest label is drawn at 10 px or more. Solutions are gated: every solution page opens on
+//! its warning with the solution hidden until its button is pressed, every link to a solution
+//! page (the chapter's "next" arrow included) lands on that gate, and the search shows no
+//! solution page.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
@@ -249,6 +252,8 @@ struct Report {
 /// What one page holds, as the browser sees it once loaded.
 struct Page {
     ids: BTreeSet<String>,
+    /// Opens on the solution's gate, with the solution hidden.
+    gated: bool,
     links: Vec<Link>,
 }
 
@@ -327,7 +332,11 @@ const code = Array.from(document.querySelectorAll('pre > code')).map(c => ({
   spans: c.querySelectorAll('span[class^="hljs-"]').length }));
 const sidebar = Array.from(document.querySelectorAll('#mdbook-sidebar a[href]'))
   .map(a => url(a.getAttribute('href'))).filter(u => u !== null).map(u => decode(u.pathname));
-return { origin: window.location.origin, links, images, ids, code, sidebar,
+const gate = document.querySelector('.content .wb-gate');
+const solution = document.getElementById('wb-solution');
+const gated = gate !== null && gate.offsetHeight > 0 && solution !== null
+  && solution.offsetHeight === 0;
+return { origin: window.location.origin, links, images, ids, code, sidebar, gated,
          title: document.title };
 "#;
 
@@ -452,7 +461,13 @@ impl BookCheck {
                 .flatten()
                 .filter_map(|i| i.as_str().map(String::from))
                 .collect();
-            pages.insert(file.clone(), Page { ids, links });
+            let gated = info["gated"] == json!(true);
+            if is_solution_page(file) && !gated {
+                report.problems.push(format!(
+                    "{file} does not open on its gate with the solution hidden"
+                ));
+            }
+            pages.insert(file.clone(), Page { ids, gated, links });
         }
 
         for page in pages.values() {
@@ -463,6 +478,12 @@ impl BookCheck {
                 report.links += 1;
                 let what = format!("{}: the link {:?}", link.from, link.text);
                 match pages.get(&link.path) {
+                    Some(target) if is_solution_page(&link.path) && !target.gated => {
+                        report.problems.push(format!(
+                            "{what} goes to the solution {} without its gate",
+                            link.path
+                        ));
+                    }
                     Some(target) => {
                         if !link.anchor.is_empty() && !target.ids.contains(&link.anchor) {
                             report.problems.push(format!(
@@ -480,6 +501,11 @@ impl BookCheck {
             }
         }
 
+        for file in files.iter().filter(|f| is_solution_page(f)) {
+            report
+                .problems
+                .extend(self.open_the_gate(client, file).await?);
+        }
         report
             .problems
             .extend(self.on_a_phone(client, &files).await?);
@@ -496,6 +522,35 @@ impl BookCheck {
             self.screenshots(client, dir).await?;
         }
         Ok(report)
+    }
+
+    /// Presses a solution page's button: the solution shows, the gate goes.
+    async fn open_the_gate(&self, client: &Client, file: &str) -> Result<Vec<String>, String> {
+        self.open(client, file).await?;
+        let shown = client
+            .execute(
+                "const b = document.querySelector('.content .wb-gate-open'); \
+                 if (b === null) return 'no button'; b.click(); \
+                 const s = document.getElementById('wb-solution'); \
+                 const g = document.querySelector('.content .wb-gate'); \
+                 return s !== null && s.offsetHeight > 0 && g.offsetHeight === 0 \
+                   ? 'shown' : 'still hidden';",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("pressing the gate's button on {file}: {e}"))?;
+        if shown == json!("shown") {
+            if let Some(dir) = &self.screenshots
+                && file.starts_with("ch03")
+            {
+                self.screenshot(client, dir, "ch03-solution-opened").await?;
+            }
+            Ok(Vec::new())
+        } else {
+            Ok(vec![format!(
+                "{file}: pressing the gate's button left the solution {shown}"
+            )])
+        }
     }
 
     /// What scrolls sideways in the page now open ([`OVERFLOW`]), each named with `file`.
@@ -665,6 +720,11 @@ impl BookCheck {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let mut problems = Vec::new();
+        for page in found.iter().filter(|p| is_solution_page(p)) {
+            problems.push(format!(
+                "searching for {SEARCH_WORD:?} shows the solution page {page}"
+            ));
+        }
         for page in &self.search_must_find {
             if !found.contains(page) {
                 problems.push(format!(
@@ -679,7 +739,11 @@ impl BookCheck {
     async fn screenshots(&self, client: &Client, dir: &Path) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         for theme in ["light", "navy"] {
-            for page in ["introduction.html", "ch03-drop-and-empty-cache.html"] {
+            for page in [
+                "introduction.html",
+                "ch03-drop-and-empty-cache.html",
+                "ch03-drop-and-empty-cache-solution.html",
+            ] {
                 self.open(client, page).await?;
                 client
                     .execute(
@@ -764,6 +828,11 @@ impl WebDriverCompatibleCommand for BrowserLog {
             Some(json!({ "type": "browser" }).to_string()),
         )
     }
+}
+
+/// A chapter's solution page (`<chapter>-solution.html`), which must open on its gate.
+fn is_solution_page(path: &str) -> bool {
+    path.ends_with("-solution.html")
 }
 
 /// An SVG's `width` and the smallest `font-size` of its text, in its own px.

@@ -327,8 +327,20 @@ fn the_solution_waits_for_passing_tests_unless_forced() {
     );
     assert!(out.contains("solution ch01-demo --force"), "{out}");
 
+    // The book's include markers stay out of what the learner reads; the page is the served book's.
+    repo.write(
+        "solutions/ch01-demo/src/lib.rs",
+        &format!("// ANCHOR: all\n{SOLUTION}    // ANCHOR_END: all\n"),
+    );
+    repo.write("book/src/ch01-demo-solution.md", "# Solution: Demo\n");
     let (code, out, _) = workbook(&repo, &["solution", "ch01", "--force"]);
     assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("ANCHOR"), "{out}");
+    assert!(
+        out.contains("Why it is right: http://127.0.0.1:3000/ch01-demo-solution.html"),
+        "{out}"
+    );
+    assert!(!out.contains("book/src"), "{out}");
     assert!(
         out.starts_with(
             "FORCED: ch01-demo has not passed (2 of 4 tests passed at its last check)."
