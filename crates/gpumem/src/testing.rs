@@ -166,7 +166,7 @@ impl Prediction {
         )];
         for c in &wrong {
             lines.push(format!(
-                "{}: you predicted {}; the allocator measured {}",
+                "{}: you predicted {}, the allocator measured {}",
                 c.name, c.predicted, c.measured
             ));
         }
@@ -199,8 +199,8 @@ mod tests {
         assert_eq!(
             report,
             "your prediction for X: 2 of 3 numbers differ from what the allocator measured\n\
-             allocated: you predicted 4 B; the allocator measured 512 B\n\
-             reserved: you predicted 2097152 B (2.00 MiB); the allocator measured 20971520 B \
+             allocated: you predicted 4 B, the allocator measured 512 B\n\
+             reserved: you predicted 2097152 B (2.00 MiB), the allocator measured 20971520 B \
              (20.00 MiB)\n\
              segments: 1, as you predicted"
         );
@@ -216,7 +216,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "flag: you predicted false; the allocator measured true")]
+    #[should_panic(expected = "flag: you predicted false, the allocator measured true")]
     fn check_panics_with_the_report() {
         Prediction::new("p").count("flag", false, true).check();
     }

@@ -411,7 +411,10 @@ pub fn render(repo: &Repo, check: &ChapterCheck) -> String {
     out
 }
 
-/// One line saying why a test did not pass.
+/// What a failed prediction's first line says (`gpumem::testing::Prediction`).
+const PREDICTION_MARK: &str = "numbers differ from what the allocator measured";
+
+/// One line saying why a test did not pass (a line per number for a prediction).
 fn why(outcome: &TestOutcome) -> String {
     match outcome.verdict {
         Verdict::TimedOut => format!(
@@ -419,6 +422,12 @@ fn why(outcome: &TestOutcome) -> String {
             outcome.message
         ),
         _ if outcome.message.is_empty() => "failed without a message".to_string(),
+        // A prediction (gpumem::testing::Prediction) names each number on a line of its own.
+        _ if outcome.message.contains(PREDICTION_MARK) => outcome
+            .message
+            .split("; ")
+            .collect::<Vec<_>>()
+            .join("\n        "),
         _ => {
             // One line a learner reads: long values (a vector's elements) are cut.
             const MAX: usize = 200;
@@ -524,5 +533,31 @@ mod tests {
             assert_eq!(panic_location(&o).as_deref(), Some("src/lib.rs:3:5"));
         }
         assert_eq!(panic_location(&outcome("no panic here")), None);
+    }
+
+    #[test]
+    fn a_failed_prediction_shows_each_number_on_its_own_line() {
+        let o = TestOutcome {
+            case: runner::TestCase {
+                target: "t".into(),
+                binary: "t".into(),
+                name: "t".into(),
+            },
+            verdict: Verdict::Failed,
+            message: "your prediction for X: 2 of 3 numbers differ from what the allocator \
+                      measured; a: you predicted 4 B, the allocator measured 512 B; b: you \
+                      predicted 1, the allocator measured 2; c: 3, as you predicted"
+                .into(),
+            stdout: String::new(),
+            stderr: String::new(),
+            duration: Duration::ZERO,
+        };
+        assert_eq!(
+            why(&o),
+            "your prediction for X: 2 of 3 numbers differ from what the allocator measured\n        \
+             a: you predicted 4 B, the allocator measured 512 B\n        \
+             b: you predicted 1, the allocator measured 2\n        \
+             c: 3, as you predicted"
+        );
     }
 }
