@@ -73,7 +73,7 @@ pub struct ChapterCheck {
 }
 
 impl ChapterCheck {
-    /// Whether every test `chapter.toml` lists passed.
+    /// Whether every test `chapter.toml` lists passed at this check (never when it did not compile).
     pub fn passed(&self) -> bool {
         learner::chapter_done(&self.chapter, Some(&self.record))
     }
@@ -138,10 +138,12 @@ pub fn check_chapter(
     let built = runner::build_tests(&scratch.workspace, &scratch.package, &work.join("target"))?;
     let paths = PathMap::new(repo, chapter, &scratch.crate_dir, &member);
     let previous = StateFile::of(repo).load()?.check(name).cloned();
+    let now = crate::progress::now();
     let mut record = CheckRecord {
-        at: crate::progress::now(),
+        at: now,
         src_digest: digest,
         build_error: None,
+        compiled_at: Some(now),
         tests: Default::default(),
     };
     let (build_failure, outcomes) = match built {
@@ -156,7 +158,11 @@ pub fn check_chapter(
                     .cloned()
                     .unwrap_or_else(|| "the build failed".to_string()),
             );
-            // The last results that ran say which exercises were begun.
+            // A typo loses no progress: the results of the last check that compiled are kept.
+            record.compiled_at = previous.as_ref().and_then(|p| match p.build_error {
+                None => Some(p.compiled_at.unwrap_or(p.at)),
+                Some(_) => p.compiled_at,
+            });
             record.tests = previous.map(|p| p.tests).unwrap_or_default();
             (Some(failure), Vec::new())
         }
@@ -321,6 +327,9 @@ pub fn render(repo: &Repo, check: &ChapterCheck) -> String {
                 out,
                 "\n  (the first error of several: fix it first, the others may follow from it)"
             );
+        }
+        if let Some(kept) = learner::kept_progress(chapter, &check.record) {
+            let _ = writeln!(out, "\n{kept}");
         }
         return out;
     }

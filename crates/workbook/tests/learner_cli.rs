@@ -247,6 +247,64 @@ fn a_compile_error_is_shown_with_its_file_and_line() {
 }
 
 #[test]
+fn a_typo_keeps_the_progress_of_the_last_check_that_compiled() {
+    let repo = FakeRepo::new();
+    demo_chapter(&repo, "ch01-demo");
+    repo.write("exercises/ch01-demo/src/lib.rs", HALFWAY);
+    let (code, out, err) = workbook(&repo, &["check", "ch01-demo"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("1 of 3 exercises done."), "{out}");
+
+    // One missing brace: nothing compiles, and nothing that was done is forgotten.
+    repo.write(
+        "exercises/ch01-demo/src/lib.rs",
+        &HALFWAY.replacen("x * 2\n}", "x * 2\n", 1),
+    );
+    let (code, out, err) = workbook(&repo, &["check", "ch01-demo"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a chapter that does not compile fails:\n{out}\n{err}"
+    );
+    assert!(out.contains("does not compile, so no test ran"), "{out}");
+    assert!(
+        out.contains(
+            "Your progress is kept: 1 of 3 exercises of ch01-demo were done at the last check \
+             that compiled (just now)."
+        ),
+        "{out}"
+    );
+
+    let (code, out, err) = workbook(&repo, &["list"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("1/3 exercises"), "{out}");
+    assert!(
+        out.contains("; exercises as at the last check that compiled, just now"),
+        "{out}"
+    );
+    assert_eq!(
+        row(&out, " double "),
+        ["✓", "done", "double", "Do", "double"]
+    );
+    assert_eq!(
+        row(&out, " triple "),
+        [
+            "✗", "failing", "triple", "Do", "triple", "(0/1", "tests", "pass)"
+        ]
+    );
+
+    // The hint goes to the first exercise not done, and says why the chapter is not passing.
+    let (code, out, err) = workbook(&repo, &["hint", "ch01-demo"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.starts_with("Note: ch01-demo did not compile at its last check"),
+        "{out}"
+    );
+    assert!(out.contains("ch01-demo › triple — Do triple"), "{out}");
+    assert!(!out.contains("› double"), "{out}");
+}
+
+#[test]
 fn list_refresh_checks_every_chapter() {
     let repo = FakeRepo::new();
     demo_chapter(&repo, "ch01-demo");
