@@ -101,6 +101,60 @@ pub fn run(root: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
     })
 }
 
+/// Where `check` builds: the repository's own `target/` (or `CARGO_TARGET_DIR`), so that the
+/// dependencies `cargo test -p <chapter>` and `workbook start` build are the ones `check` uses.
+pub fn target_dir(repo: &Repo) -> std::path::PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => repo.root.join(dir),
+        None => repo.root.join("target"),
+    }
+}
+
+/// A chapter's crate laid out for `check` in its scratch workspace, and its tests built.
+struct Built {
+    scratch: scratch::ScratchCrate,
+    member: String,
+    tests_source: TestsSource,
+    tests_differ: bool,
+    built: Result<Vec<runner::TestBinary>, BuildFailure>,
+}
+
+/// Lays the learner's `src/` over the official crate and builds its tests ([`target_dir`]).
+fn build(repo: &Repo, chapter: &Chapter) -> Result<Built> {
+    let name = &chapter.name;
+    let src = chapter.dir.join("src");
+    let work = repo.work_dir();
+    let (crate_src, tests_source, tests_differ) = match embedded::chapter(name) {
+        Some(copy) => {
+            let pristine = work.join("pristine").join(name);
+            copy.write_to("", &pristine)
+                .with_context(|| format!("writing the official copy of {name}"))?;
+            let differ = tests_differ(&chapter.dir.join("tests"), copy);
+            (pristine, TestsSource::Embedded, differ)
+        }
+        None => (chapter.dir.clone(), TestsSource::Repository, false),
+    };
+    let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
+    let member = format!("{name}-check");
+    let workspace = work.join("scratch").join(name).join("check");
+    let scratch = scratch::prepare(&template, &workspace, &member, &crate_src, &src)?;
+    let built = runner::build_tests(&scratch.workspace, &scratch.package, &target_dir(repo))?;
+    Ok(Built {
+        scratch,
+        member,
+        tests_source,
+        tests_differ,
+        built,
+    })
+}
+
+/// Builds what `check` of `chapter` needs (gpumem, the dependencies, the tests with the
+/// learner's code) without running or recording anything, so that the next check only runs the
+/// tests. `workbook start` calls it. Returns whether the code compiled.
+pub fn prepare(repo: &Repo, chapter: &Chapter) -> Result<bool> {
+    Ok(build(repo, chapter)?.built.is_ok())
+}
+
 /// Checks one chapter and records the result in the state file.
 pub fn check_chapter(
     repo: &Repo,
@@ -117,25 +171,16 @@ pub fn check_chapter(
         );
     }
     let digest = learner::src_digest(&src)?;
-    let work = repo.work_dir();
-    let (crate_src, tests_source, tests_differ) = match embedded::chapter(name) {
-        Some(copy) => {
-            let pristine = work.join("pristine").join(name);
-            copy.write_to("", &pristine)
-                .with_context(|| format!("writing the official copy of {name}"))?;
-            let differ = tests_differ(&chapter.dir.join("tests"), copy);
-            (pristine, TestsSource::Embedded, differ)
-        }
-        None => (chapter.dir.clone(), TestsSource::Repository, false),
-    };
-    let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
-    let member = format!("{name}-check");
-    let workspace = work.join("scratch").join(name).join("check");
-    let scratch = scratch::prepare(&template, &workspace, &member, &crate_src, &src)?;
     if options.progress {
         eprintln!("{name}: building the tests with your code...");
     }
-    let built = runner::build_tests(&scratch.workspace, &scratch.package, &work.join("target"))?;
+    let Built {
+        scratch,
+        member,
+        tests_source,
+        tests_differ,
+        built,
+    } = build(repo, chapter)?;
     let paths = PathMap::new(repo, chapter, &scratch.crate_dir, &member);
     let previous = StateFile::of(repo).load()?.check(name).cloned();
     let now = crate::progress::now();

@@ -600,10 +600,23 @@ fn start_without_serving_builds_the_book_and_shows_progress() {
         "book        built in book/book",
         "progress    [--------------------] 0/3 exercises",
         "check ch01-demo",
+        "`check ch01-demo` is ready",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
     assert!(repo.root().join("book/book/index.html").is_file());
+    // start built the chapter's test binary where check looks for it: the repository's target/.
+    let built: Vec<String> = std::fs::read_dir(repo.root().join("target/debug/deps"))
+        .expect("start built into target/")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("demo-") && !n.ends_with(".d"))
+        .collect();
+    assert_eq!(
+        built.len(),
+        1,
+        "one test binary of tests/demo.rs: {built:?}"
+    );
 }
 
 #[test]
