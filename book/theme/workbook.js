@@ -35,9 +35,46 @@
         });
     }
 
+    // Self-check questions (written by `workbook book` from book/quizzes/): the first choice
+    // clicked is the answer; then every choice shows whether it was right, and the explanation
+    // opens.
+    function answerQuestions() {
+        document.querySelectorAll('.content .wb-question').forEach(function (question) {
+            var choices = Array.from(question.querySelectorAll('.wb-choice'));
+            choices.forEach(function (choice) {
+                choice.addEventListener('click', function () {
+                    if (question.classList.contains('wb-answered')) {
+                        return;
+                    }
+                    question.classList.add('wb-answered');
+                    var right = choice.getAttribute('data-right') === 'true';
+                    choice.classList.add('wb-chosen');
+                    choices.forEach(function (c) {
+                        c.disabled = true;
+                        if (c.getAttribute('data-right') === 'true') {
+                            c.classList.add('wb-right');
+                        } else if (c === choice) {
+                            c.classList.add('wb-wrong');
+                        }
+                    });
+                    var verdict = question.querySelector('.wb-verdict');
+                    if (verdict !== null) {
+                        verdict.textContent = right ? 'Right.' : 'Not quite.';
+                        verdict.hidden = false;
+                    }
+                    var explanation = question.querySelector('.wb-explanation');
+                    if (explanation !== null) {
+                        explanation.hidden = false;
+                    }
+                });
+            });
+        });
+    }
+
     function ready() {
         labelTableCells();
         openGates();
+        answerQuestions();
     }
 
     if (document.readyState === 'loading') {

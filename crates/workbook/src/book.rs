@@ -81,6 +81,7 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
         check_includes(&book)?;
         let pages = pages::WorkbookPages {
             exercises: book_dir.join("../exercises"),
+            quizzes: book_dir.join("quizzes"),
         };
         keep_solutions_out_of_search(&mut book, &pages)?;
         book.with_preprocessor(pages);

@@ -6,7 +6,8 @@
 //! smallest label is drawn at 10 px or more. Solutions are gated: every solution page opens on
 //! its warning with the solution hidden until its button is pressed, every link to a solution
 //! page (the chapter's "next" arrow included) lands on that gate, and the search shows no
-//! solution page.
+//! solution page. Every chapter with a quiz file shows 3 to 5 questions, and a question answered
+//! says whether it was right and shows its explanation.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
@@ -98,6 +99,7 @@ fn every_page_of_the_book_works_in_headless_chromium() {
         profile: scratch.path().join("profile"),
         sidebar_pages: summary_pages(&summary),
         search_must_find: chapter_sources,
+        quizzes: root.join("book/quizzes"),
         screenshots: std::env::var_os("WORKBOOK_SCREENSHOTS").map(PathBuf::from),
     };
     let result = runtime.block_on(check.run(&driver.url));
@@ -235,6 +237,8 @@ struct BookCheck {
     sidebar_pages: Vec<String>,
     /// Chapter pages whose source mentions [`SEARCH_WORD`].
     search_must_find: Vec<String>,
+    /// `book/quizzes/`: a chapter's questions are `<chapter>.toml` there.
+    quizzes: PathBuf,
     screenshots: Option<PathBuf>,
 }
 
@@ -336,7 +340,8 @@ const gate = document.querySelector('.content .wb-gate');
 const solution = document.getElementById('wb-solution');
 const gated = gate !== null && gate.offsetHeight > 0 && solution !== null
   && solution.offsetHeight === 0;
-return { origin: window.location.origin, links, images, ids, code, sidebar, gated,
+const questions = document.querySelectorAll('.content .wb-question').length;
+return { origin: window.location.origin, links, images, ids, code, sidebar, gated, questions,
          title: document.title };
 "#;
 
@@ -461,6 +466,15 @@ impl BookCheck {
                 .flatten()
                 .filter_map(|i| i.as_str().map(String::from))
                 .collect();
+            let stem = file.trim_end_matches(".html");
+            if self.quizzes.join(format!("{stem}.toml")).is_file() {
+                let questions = info["questions"].as_u64().unwrap_or(0);
+                if !(3..=5).contains(&questions) {
+                    report.problems.push(format!(
+                        "{file} shows {questions} self-check questions (3 to 5 wanted)"
+                    ));
+                }
+            }
             let gated = info["gated"] == json!(true);
             if is_solution_page(file) && !gated {
                 report.problems.push(format!(
@@ -501,6 +515,9 @@ impl BookCheck {
             }
         }
 
+        report
+            .problems
+            .extend(self.answer_a_question(client).await?);
         for file in files.iter().filter(|f| is_solution_page(f)) {
             report
                 .problems
@@ -522,6 +539,51 @@ impl BookCheck {
             self.screenshots(client, dir).await?;
         }
         Ok(report)
+    }
+
+    /// Answers chapter 3's first question wrongly: the page says so, marks the right choice and
+    /// shows the explanation.
+    async fn answer_a_question(&self, client: &Client) -> Result<Vec<String>, String> {
+        let file = "ch03-drop-and-empty-cache.html";
+        self.open(client, file).await?;
+        let seen = client
+            .execute(
+                "const q = document.querySelector('.content .wb-question'); \
+                 if (q === null) return 'no question'; \
+                 const e = q.querySelector('.wb-explanation'); \
+                 if (e === null || e.offsetHeight !== 0) return 'the explanation shows before'; \
+                 const wrong = q.querySelector('.wb-choice[data-right=\"false\"]'); \
+                 wrong.scrollIntoView(); wrong.click(); \
+                 const verdict = q.querySelector('.wb-verdict').textContent; \
+                 const right = q.querySelector('.wb-choice.wb-right'); \
+                 return [verdict, e.offsetHeight > 0, right !== null \
+                   && right.getAttribute('data-right') === 'true', e.textContent.trim()];",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("answering a question on {file}: {e}"))?;
+        let mut problems = Vec::new();
+        match seen.as_array().map(Vec::as_slice) {
+            Some([verdict, shown, marked, text]) => {
+                if verdict != &json!("Not quite.") {
+                    problems.push(format!("{file}: a wrong answer's verdict is {verdict}"));
+                }
+                if shown != &json!(true)
+                    || !text.as_str().is_some_and(|t| t.starts_with("The answer:"))
+                {
+                    problems.push(format!("{file}: the explanation did not show ({text})"));
+                }
+                if marked != &json!(true) {
+                    problems.push(format!("{file}: the right choice is not marked"));
+                }
+            }
+            _ => problems.push(format!("{file}: answering the first question: {seen}")),
+        }
+        if let Some(dir) = &self.screenshots {
+            self.screenshot(client, dir, "ch03-question-answered")
+                .await?;
+        }
+        Ok(problems)
     }
 
     /// Presses a solution page's button: the solution shows, the gate goes.

@@ -2,13 +2,20 @@
 //! every exercise section of a chapter page ends with its `workbook check` and `hint` commands
 //! (with plain `cargo test -p` as the alternative), and every solution page opens behind a gate.
 //!
+//! A chapter page also gets its self-check questions: `book/quizzes/<chapter>.toml`, written in
+//! mdbook-quiz's format (`[[questions]]` of `type = "MultipleChoice"` with `prompt.prompt`,
+//! `prompt.distractors`, `answer.answer` and `context`), is shown before the page's
+//! "## Exercises" as buttons that answer at once and then explain (theme/workbook.js).
+//!
 //! A chapter page is `<chapter>.md` where `exercises/<chapter>/chapter.toml` exists; its
-//! solution page is `<chapter>-solution.md`. New chapters get both without writing anything.
+//! solution page is `<chapter>-solution.md`. New chapters get all of this without writing
+//! anything but their quiz file.
 
 use crate::chapter::ChapterInfo;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use mdbook_preprocessor::book::{Book, BookItem};
 use mdbook_preprocessor::{Preprocessor, PreprocessorContext};
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// How a learner's command starts in the book, as the README writes it.
@@ -17,10 +24,12 @@ pub const CLI: &str = "cargo run -p workbook --";
 /// The suffix of a solution page's name: `<chapter>-solution.md`.
 pub const SOLUTION_SUFFIX: &str = "-solution";
 
-/// The preprocessor; `exercises` is the repository's `exercises/` folder.
+/// The preprocessor.
 pub struct WorkbookPages {
     /// Where each chapter's `chapter.toml` is: `exercises/<chapter>/chapter.toml`.
     pub exercises: PathBuf,
+    /// Where each chapter's questions are, if it has some: `book/quizzes/<chapter>.toml`.
+    pub quizzes: PathBuf,
 }
 
 /// What a page of the book is to the workbook.
@@ -73,7 +82,14 @@ impl Preprocessor for WorkbookPages {
             };
             let done = match self.kind(&path) {
                 Ok(PageKind::Chapter(chapter, exercises)) => {
-                    with_cli_commands(&page.content, &chapter, &exercises)
+                    with_cli_commands(&page.content, &chapter, &exercises).and_then(|content| {
+                        let file = self.quizzes.join(format!("{chapter}.toml"));
+                        if !file.is_file() {
+                            return Ok(content);
+                        }
+                        let quiz = Quiz::load(&file).map_err(|e| format!("{e:#}"))?;
+                        Ok(with_quiz(&content, &quiz.render(&chapter)))
+                    })
                 }
                 Ok(PageKind::Solution(chapter)) => Ok(behind_the_gate(&page.content, &chapter)),
                 Ok(PageKind::Other) => return,
@@ -282,5 +298,211 @@ mod tests {
         assert!(out.find("wb-gated").unwrap() > gate);
         assert!(out.find("secret code").unwrap() > out.find("wb-gated").unwrap());
         assert!(out.contains("cargo run -p workbook -- check ch01-x"));
+    }
+}
+
+/// A chapter's self-check questions, as mdbook-quiz writes them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quiz {
+    /// The questions, in order.
+    pub questions: Vec<Question>,
+}
+
+/// One question.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Question {
+    /// mdbook-quiz's question type; only `MultipleChoice` is rendered.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The question and its wrong answers.
+    pub prompt: Prompt,
+    /// The right answer.
+    pub answer: Answer,
+    /// The explanation shown once the question is answered (Markdown).
+    pub context: String,
+}
+
+/// A question's prompt.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prompt {
+    /// The question (inline Markdown: `code` and plain text).
+    pub prompt: String,
+    /// The wrong answers.
+    pub distractors: Vec<String>,
+}
+
+/// A question's answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Answer {
+    /// The right answer.
+    pub answer: String,
+}
+
+/// The fewest and the most questions a chapter's quiz may have.
+pub const QUESTIONS: std::ops::RangeInclusive<usize> = 3..=5;
+
+impl Quiz {
+    /// Reads and checks a quiz file: 3 to 5 `MultipleChoice` questions, each with at least one
+    /// wrong answer.
+    pub fn load(path: &Path) -> Result<Quiz> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Quiz::parse(&text).with_context(|| format!("{} is not a usable quiz", path.display()))
+    }
+
+    /// Parses and checks the text of a quiz file.
+    pub fn parse(text: &str) -> Result<Quiz> {
+        let quiz: Quiz = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if !QUESTIONS.contains(&quiz.questions.len()) {
+            bail!(
+                "it has {} questions; a chapter asks {} to {}",
+                quiz.questions.len(),
+                QUESTIONS.start(),
+                QUESTIONS.end()
+            );
+        }
+        for (i, q) in quiz.questions.iter().enumerate() {
+            if q.kind != "MultipleChoice" {
+                bail!(
+                    "question {} is of type {:?}; only \"MultipleChoice\" is supported",
+                    i + 1,
+                    q.kind
+                );
+            }
+            if q.prompt.distractors.is_empty() {
+                bail!(
+                    "question {} has no wrong answers (prompt.distractors)",
+                    i + 1
+                );
+            }
+        }
+        Ok(quiz)
+    }
+
+    /// The questions as the page shows them: a heading, then per question its prompt, its
+    /// choices (the right one at a place that depends on the prompt) and its hidden explanation.
+    pub fn render(&self, chapter: &str) -> String {
+        let mut out = String::from(
+            "## Check yourself\n\n\
+             Answer before you scroll on: each question explains itself once answered.\n\n",
+        );
+        for (i, q) in self.questions.iter().enumerate() {
+            let mut choices: Vec<(&str, bool)> = q
+                .prompt
+                .distractors
+                .iter()
+                .map(|d| (d.as_str(), false))
+                .collect();
+            let at = fnv1a(&q.prompt.prompt) as usize % (choices.len() + 1);
+            choices.insert(at, (q.answer.answer.as_str(), true));
+            out.push_str(&format!(
+                "<div class=\"wb-question\" id=\"wb-question-{chapter}-{n}\">\n\
+                 <p class=\"wb-prompt\"><strong>Question {n}.</strong> {prompt}</p>\n\
+                 <div class=\"wb-choices\">\n",
+                n = i + 1,
+                prompt = inline(&q.prompt.prompt)
+            ));
+            for (text, right) in choices {
+                out.push_str(&format!(
+                    "<button type=\"button\" class=\"wb-choice\" data-right=\"{right}\">{}</button>\n",
+                    inline(text)
+                ));
+            }
+            out.push_str(&format!(
+                "</div>\n<p class=\"wb-verdict\" hidden></p>\n\
+                 <div class=\"wb-explanation\" hidden>\n\n\
+                 **The answer: {}.** {}\n\n</div>\n</div>\n\n",
+                q.answer.answer.trim_end_matches('.'),
+                q.context.trim()
+            ));
+        }
+        out
+    }
+}
+
+/// `content` with `quiz` placed before its "## Exercises" heading (outside code), or at its end.
+pub fn with_quiz(content: &str, quiz: &str) -> String {
+    let mut fence = false;
+    let mut offset = 0;
+    for line in content.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            fence = !fence;
+        } else if !fence && line.trim_end() == "## Exercises" {
+            return format!("{}{quiz}{}", &content[..offset], &content[offset..]);
+        }
+        offset += line.len();
+    }
+    format!("{}\n\n{quiz}", content.trim_end())
+}
+
+/// Inline text for HTML: escaped, with `code` spans kept as code.
+fn inline(text: &str) -> String {
+    let escaped = text
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;");
+    let mut out = String::new();
+    for (i, part) in escaped.split('`').enumerate() {
+        if i % 2 == 1 {
+            out.push_str(&format!("<code>{part}</code>"));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// FNV-1a: a small stable hash, so a question's choices keep their order from build to build.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod quiz_tests {
+    use super::*;
+
+    const ONE: &str = "[[questions]]\ntype = \"MultipleChoice\"\n\
+                       prompt.prompt = \"What is `x`?\"\nanswer.answer = \"2 MiB\"\n\
+                       prompt.distractors = [\"<b>\", \"20 MiB\"]\ncontext = \"Because.\"\n";
+
+    #[test]
+    fn a_quiz_renders_every_choice_once_and_hides_the_explanation() {
+        let quiz = Quiz::parse(&ONE.repeat(3)).unwrap();
+        let html = quiz.render("ch01-x");
+        assert_eq!(html.matches("class=\"wb-question\"").count(), 3);
+        assert_eq!(html.matches("data-right=\"true\"").count(), 3);
+        assert_eq!(html.matches("data-right=\"false\"").count(), 6);
+        assert!(html.contains("What is <code>x</code>?"));
+        assert!(html.contains("&lt;b&gt;") && !html.contains("<b>"));
+        assert!(
+            html.contains(
+                "<div class=\"wb-explanation\" hidden>\n\n**The answer: 2 MiB.** Because."
+            )
+        );
+    }
+
+    #[test]
+    fn too_few_questions_or_another_type_is_an_error() {
+        let err = Quiz::parse(ONE).unwrap_err();
+        assert!(err.to_string().contains("1 questions"), "{err}");
+        let other = ONE.replace("MultipleChoice", "ShortAnswer").repeat(3);
+        let err = Quiz::parse(&other).unwrap_err();
+        assert!(err.to_string().contains("ShortAnswer"), "{err}");
+    }
+
+    #[test]
+    fn the_quiz_goes_before_the_exercises() {
+        let page = "# T\n\n```md\n## Exercises\n```\n\ntext\n\n## Exercises\n\nE\n";
+        let out = with_quiz(page, "QUIZ\n");
+        assert!(out.contains("text\n\nQUIZ\n## Exercises\n\nE"), "{out}");
+        assert_eq!(with_quiz("# T\n", "QUIZ\n"), "# T\n\nQUIZ\n");
     }
 }
