@@ -23,14 +23,19 @@
     function openGates() {
         document.querySelectorAll('.content .wb-gate-open').forEach(function (button) {
             button.addEventListener('click', function () {
-                var gated = document.getElementById('wb-solution');
+                // The solution is the gate's next .wb-gated sibling (print.html holds them all).
+                var gate = button.closest('.wb-gate');
+                if (gate === null) {
+                    return;
+                }
+                var gated = gate.nextElementSibling;
+                while (gated !== null && !gated.classList.contains('wb-gated')) {
+                    gated = gated.nextElementSibling;
+                }
                 if (gated !== null) {
                     gated.classList.add('wb-open');
                 }
-                var gate = button.closest('.wb-gate');
-                if (gate !== null) {
-                    gate.style.display = 'none';
-                }
+                gate.style.display = 'none';
             });
         });
     }

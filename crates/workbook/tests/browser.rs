@@ -337,7 +337,7 @@ const code = Array.from(document.querySelectorAll('pre > code')).map(c => ({
 const sidebar = Array.from(document.querySelectorAll('#mdbook-sidebar a[href]'))
   .map(a => url(a.getAttribute('href'))).filter(u => u !== null).map(u => decode(u.pathname));
 const gate = document.querySelector('.content .wb-gate');
-const solution = document.getElementById('wb-solution');
+const solution = document.querySelector('.content .wb-gated');
 const gated = gate !== null && gate.offsetHeight > 0 && solution !== null
   && solution.offsetHeight === 0;
 const questions = document.querySelectorAll('.content .wb-question').length;
@@ -593,7 +593,7 @@ impl BookCheck {
             .execute(
                 "const b = document.querySelector('.content .wb-gate-open'); \
                  if (b === null) return 'no button'; b.click(); \
-                 const s = document.getElementById('wb-solution'); \
+                 const s = document.querySelector('.content .wb-gated'); \
                  const g = document.querySelector('.content .wb-gate'); \
                  return s !== null && s.offsetHeight > 0 && g.offsetHeight === 0 \
                    ? 'shown' : 'still hidden';",

@@ -250,7 +250,7 @@ pub fn behind_the_gate(content: &str, chapter: &str) -> String {
          terminal, and this page explains why it is right.\n\n\
          <button type=\"button\" class=\"wb-gate-open\">I have tried: show the solution</button>\n\n\
          </div>\n\n\
-         <div class=\"wb-gated\" id=\"wb-solution\">\n\n\
+         <div class=\"wb-gated\">\n\n\
          {body}\n\n\
          </div>\n"
     )
