@@ -74,3 +74,150 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
         "{what}: relative error {err:e} is above {tol:e}"
     );
 }
+
+/// A prediction set beside what the allocator measured, number by number. [`Prediction::check`]
+/// fails the test once, naming every number that differs ("you predicted X; the allocator
+/// measured Y"), not only the first.
+///
+/// ```
+/// gpumem::testing::Prediction::new("your prediction after one alloc")
+///     .bytes("memory_allocated", 512_u64, 512_u64)
+///     .count("segments", 1_u64, 1_u64)
+///     .check();
+/// ```
+#[derive(Debug)]
+#[must_use = "a Prediction compares nothing until check() is called"]
+pub struct Prediction {
+    what: String,
+    numbers: Vec<Compared>,
+}
+
+/// One number of a [`Prediction`].
+#[derive(Debug)]
+struct Compared {
+    name: String,
+    predicted: String,
+    measured: String,
+    right: bool,
+}
+
+impl Prediction {
+    /// A prediction about `what` (for example "your prediction for TinyModelLoaded").
+    pub fn new(what: impl Into<String>) -> Prediction {
+        Prediction {
+            what: what.into(),
+            numbers: Vec::new(),
+        }
+    }
+
+    /// A number of bytes, shown exactly and in KiB/MiB.
+    pub fn bytes<T>(self, name: &str, predicted: T, measured: T) -> Prediction
+    where
+        T: PartialEq + Copy + TryInto<u64>,
+    {
+        let show = |n: T| match n.try_into() {
+            Ok(n) if n < 1024 => format!("{n} B"),
+            Ok(n) => format!("{n} B ({})", crate::format_bytes(n)),
+            Err(_) => "a size beyond u64".to_string(),
+        };
+        self.push(name, show(predicted), show(measured), predicted == measured)
+    }
+
+    /// Any other value (a count, a flag), shown as written in Rust.
+    pub fn count<T: PartialEq + std::fmt::Debug>(
+        self,
+        name: &str,
+        predicted: T,
+        measured: T,
+    ) -> Prediction {
+        let right = predicted == measured;
+        self.push(
+            name,
+            format!("{predicted:?}"),
+            format!("{measured:?}"),
+            right,
+        )
+    }
+
+    fn push(mut self, name: &str, predicted: String, measured: String, right: bool) -> Prediction {
+        self.numbers.push(Compared {
+            name: name.to_string(),
+            predicted,
+            measured,
+            right,
+        });
+        self
+    }
+
+    /// The report: `None` when every number is right, else the lines that [`check`] panics with,
+    /// the wrong numbers first.
+    ///
+    /// [`check`]: Prediction::check
+    pub fn mismatch(&self) -> Option<String> {
+        let wrong: Vec<&Compared> = self.numbers.iter().filter(|c| !c.right).collect();
+        if wrong.is_empty() {
+            return None;
+        }
+        let mut lines = vec![format!(
+            "{}: {} of {} numbers differ from what the allocator measured",
+            self.what,
+            wrong.len(),
+            self.numbers.len()
+        )];
+        for c in &wrong {
+            lines.push(format!(
+                "{}: you predicted {}, the allocator measured {}",
+                c.name, c.predicted, c.measured
+            ));
+        }
+        for c in self.numbers.iter().filter(|c| c.right) {
+            lines.push(format!("{}: {}, as you predicted", c.name, c.measured));
+        }
+        Some(lines.join("\n"))
+    }
+
+    /// Fails the test with [`mismatch`](Prediction::mismatch)'s report unless every number is right.
+    #[track_caller]
+    pub fn check(self) {
+        if let Some(report) = self.mismatch() {
+            panic!("{report}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wrong_number_is_named_at_once_with_both_values() {
+        let p = Prediction::new("your prediction for X")
+            .bytes("allocated", 4_usize, 512_usize)
+            .bytes("reserved", 2_u64 << 20, 20 << 20)
+            .count("segments", 1_u64, 1_u64);
+        let report = p.mismatch().expect("two numbers are wrong");
+        assert_eq!(
+            report,
+            "your prediction for X: 2 of 3 numbers differ from what the allocator measured\n\
+             allocated: you predicted 4 B, the allocator measured 512 B\n\
+             reserved: you predicted 2097152 B (2.00 MiB), the allocator measured 20971520 B \
+             (20.00 MiB)\n\
+             segments: 1, as you predicted"
+        );
+    }
+
+    #[test]
+    fn a_right_prediction_passes() {
+        let p = Prediction::new("p")
+            .bytes("a", 1_u64, 1)
+            .count("b", true, true);
+        assert_eq!(p.mismatch(), None);
+        p.check();
+    }
+
+    #[test]
+    #[should_panic(expected = "flag: you predicted false, the allocator measured true")]
+    fn check_panics_with_the_report() {
+        Prediction::new("p").count("flag", false, true).check();
+    }
+}

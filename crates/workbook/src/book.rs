@@ -3,6 +3,8 @@
 //! mdBook only logs a broken `{{#include}}` and renders the page anyway, and an anchor that is not
 //! in the file silently includes nothing; both are errors here, naming the page and the link.
 
+pub mod pages;
+
 use anyhow::{Context, Result, bail};
 use mdbook_driver::MDBook;
 use mdbook_driver::book::BookItem;
@@ -77,6 +79,12 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
                 .with_context(|| format!("resolving {}", dest.display()))?;
         }
         check_includes(&book)?;
+        let pages = pages::WorkbookPages {
+            exercises: book_dir.join("../exercises"),
+            quizzes: book_dir.join("quizzes"),
+        };
+        keep_solutions_out_of_search(&mut book, &pages)?;
+        book.with_preprocessor(pages);
         book.build()
             .with_context(|| format!("building the book in {}", book_dir.display()))?;
         Ok(book.root.join(&book.config.build.build_dir))
@@ -99,6 +107,31 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
         );
     }
     Ok(out)
+}
+
+/// Leaves every solution page (`<chapter>-solution.md`) out of the search index, so that no search
+/// preview shows a solution; the pages stay in the book, behind their gate.
+fn keep_solutions_out_of_search(book: &mut MDBook, pages: &pages::WorkbookPages) -> Result<()> {
+    let mut solutions = Vec::new();
+    for item in book.iter() {
+        if let BookItem::Chapter(chapter) = item
+            && let Some(path) = &chapter.path
+            && matches!(pages.kind(path)?, pages::PageKind::Solution(_))
+        {
+            solutions.push(path.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    let mut html = book.config.html_config().unwrap_or_default();
+    let search = html.search.get_or_insert_with(Default::default);
+    for path in solutions {
+        let mut settings = mdbook_driver::config::SearchChapterSettings::default();
+        settings.enable = Some(false);
+        search.chapter.insert(path, settings);
+    }
+    book.config
+        .set("output.html", &html)
+        .context("leaving the solution pages out of the search index")?;
+    Ok(())
 }
 
 /// Checks every `{{#include file:anchor}}` and `{{#rustdoc_include ...}}` of every page: the file

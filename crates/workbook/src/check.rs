@@ -73,7 +73,7 @@ pub struct ChapterCheck {
 }
 
 impl ChapterCheck {
-    /// Whether every test `chapter.toml` lists passed.
+    /// Whether every test `chapter.toml` lists passed at this check (never when it did not compile).
     pub fn passed(&self) -> bool {
         learner::chapter_done(&self.chapter, Some(&self.record))
     }
@@ -101,6 +101,60 @@ pub fn run(root: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
     })
 }
 
+/// Where `check` builds: the repository's own `target/` (or `CARGO_TARGET_DIR`), so that the
+/// dependencies `cargo test -p <chapter>` and `workbook start` build are the ones `check` uses.
+pub fn target_dir(repo: &Repo) -> std::path::PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => repo.root.join(dir),
+        None => repo.root.join("target"),
+    }
+}
+
+/// A chapter's crate laid out for `check` in its scratch workspace, and its tests built.
+struct Built {
+    scratch: scratch::ScratchCrate,
+    member: String,
+    tests_source: TestsSource,
+    tests_differ: bool,
+    built: Result<Vec<runner::TestBinary>, BuildFailure>,
+}
+
+/// Lays the learner's `src/` over the official crate and builds its tests ([`target_dir`]).
+fn build(repo: &Repo, chapter: &Chapter) -> Result<Built> {
+    let name = &chapter.name;
+    let src = chapter.dir.join("src");
+    let work = repo.work_dir();
+    let (crate_src, tests_source, tests_differ) = match embedded::chapter(name) {
+        Some(copy) => {
+            let pristine = work.join("pristine").join(name);
+            copy.write_to("", &pristine)
+                .with_context(|| format!("writing the official copy of {name}"))?;
+            let differ = tests_differ(&chapter.dir.join("tests"), copy);
+            (pristine, TestsSource::Embedded, differ)
+        }
+        None => (chapter.dir.clone(), TestsSource::Repository, false),
+    };
+    let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
+    let member = format!("{name}-check");
+    let workspace = work.join("scratch").join(name).join("check");
+    let scratch = scratch::prepare(&template, &workspace, &member, &crate_src, &src)?;
+    let built = runner::build_tests(&scratch.workspace, &scratch.package, &target_dir(repo))?;
+    Ok(Built {
+        scratch,
+        member,
+        tests_source,
+        tests_differ,
+        built,
+    })
+}
+
+/// Builds what `check` of `chapter` needs (gpumem, the dependencies, the tests with the
+/// learner's code) without running or recording anything, so that the next check only runs the
+/// tests. `workbook start` calls it. Returns whether the code compiled.
+pub fn prepare(repo: &Repo, chapter: &Chapter) -> Result<bool> {
+    Ok(build(repo, chapter)?.built.is_ok())
+}
+
 /// Checks one chapter and records the result in the state file.
 pub fn check_chapter(
     repo: &Repo,
@@ -117,31 +171,24 @@ pub fn check_chapter(
         );
     }
     let digest = learner::src_digest(&src)?;
-    let work = repo.work_dir();
-    let (crate_src, tests_source, tests_differ) = match embedded::chapter(name) {
-        Some(copy) => {
-            let pristine = work.join("pristine").join(name);
-            copy.write_to("", &pristine)
-                .with_context(|| format!("writing the official copy of {name}"))?;
-            let differ = tests_differ(&chapter.dir.join("tests"), copy);
-            (pristine, TestsSource::Embedded, differ)
-        }
-        None => (chapter.dir.clone(), TestsSource::Repository, false),
-    };
-    let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
-    let member = format!("{name}-check");
-    let workspace = work.join("scratch").join(name).join("check");
-    let scratch = scratch::prepare(&template, &workspace, &member, &crate_src, &src)?;
     if options.progress {
         eprintln!("{name}: building the tests with your code...");
     }
-    let built = runner::build_tests(&scratch.workspace, &scratch.package, &work.join("target"))?;
+    let Built {
+        scratch,
+        member,
+        tests_source,
+        tests_differ,
+        built,
+    } = build(repo, chapter)?;
     let paths = PathMap::new(repo, chapter, &scratch.crate_dir, &member);
     let previous = StateFile::of(repo).load()?.check(name).cloned();
+    let now = crate::progress::now();
     let mut record = CheckRecord {
-        at: crate::progress::now(),
+        at: now,
         src_digest: digest,
         build_error: None,
+        compiled_at: Some(now),
         tests: Default::default(),
     };
     let (build_failure, outcomes) = match built {
@@ -156,7 +203,11 @@ pub fn check_chapter(
                     .cloned()
                     .unwrap_or_else(|| "the build failed".to_string()),
             );
-            // The last results that ran say which exercises were begun.
+            // A typo loses no progress: the results of the last check that compiled are kept.
+            record.compiled_at = previous.as_ref().and_then(|p| match p.build_error {
+                None => Some(p.compiled_at.unwrap_or(p.at)),
+                Some(_) => p.compiled_at,
+            });
             record.tests = previous.map(|p| p.tests).unwrap_or_default();
             (Some(failure), Vec::new())
         }
@@ -322,6 +373,9 @@ pub fn render(repo: &Repo, check: &ChapterCheck) -> String {
                 "\n  (the first error of several: fix it first, the others may follow from it)"
             );
         }
+        if let Some(kept) = learner::kept_progress(chapter, &check.record) {
+            let _ = writeln!(out, "\n{kept}");
+        }
         return out;
     }
 
@@ -411,7 +465,10 @@ pub fn render(repo: &Repo, check: &ChapterCheck) -> String {
     out
 }
 
-/// One line saying why a test did not pass.
+/// What a failed prediction's first line says (`gpumem::testing::Prediction`).
+const PREDICTION_MARK: &str = "numbers differ from what the allocator measured";
+
+/// One line saying why a test did not pass (a line per number for a prediction).
 fn why(outcome: &TestOutcome) -> String {
     match outcome.verdict {
         Verdict::TimedOut => format!(
@@ -419,6 +476,12 @@ fn why(outcome: &TestOutcome) -> String {
             outcome.message
         ),
         _ if outcome.message.is_empty() => "failed without a message".to_string(),
+        // A prediction (gpumem::testing::Prediction) names each number on a line of its own.
+        _ if outcome.message.contains(PREDICTION_MARK) => outcome
+            .message
+            .split("; ")
+            .collect::<Vec<_>>()
+            .join("\n        "),
         _ => {
             // One line a learner reads: long values (a vector's elements) are cut.
             const MAX: usize = 200;
@@ -524,5 +587,31 @@ mod tests {
             assert_eq!(panic_location(&o).as_deref(), Some("src/lib.rs:3:5"));
         }
         assert_eq!(panic_location(&outcome("no panic here")), None);
+    }
+
+    #[test]
+    fn a_failed_prediction_shows_each_number_on_its_own_line() {
+        let o = TestOutcome {
+            case: runner::TestCase {
+                target: "t".into(),
+                binary: "t".into(),
+                name: "t".into(),
+            },
+            verdict: Verdict::Failed,
+            message: "your prediction for X: 2 of 3 numbers differ from what the allocator \
+                      measured; a: you predicted 4 B, the allocator measured 512 B; b: you \
+                      predicted 1, the allocator measured 2; c: 3, as you predicted"
+                .into(),
+            stdout: String::new(),
+            stderr: String::new(),
+            duration: Duration::ZERO,
+        };
+        assert_eq!(
+            why(&o),
+            "your prediction for X: 2 of 3 numbers differ from what the allocator measured\n        \
+             a: you predicted 4 B, the allocator measured 512 B\n        \
+             b: you predicted 1, the allocator measured 2\n        \
+             c: 3, as you predicted"
+        );
     }
 }

@@ -17,6 +17,20 @@ pub fn run(root: Option<&Path>, args: &HintArgs) -> Result<ExitCode> {
     let progress = state.load()?;
     let chapter = learner::choose_chapter(&repo, Some(&args.chapter), &progress)?;
     let cmd = learner::command_prefix(&repo);
+    if let Some(record) = progress.check(&chapter.name)
+        && let Some(error) = &record.build_error
+    {
+        println!(
+            "Note: {} did not compile at its last check ({}); `{cmd} check {}` shows the error.",
+            chapter.name,
+            error.lines().next().unwrap_or("a build error"),
+            chapter.name
+        );
+        if let Some(kept) = learner::kept_progress(&chapter, record) {
+            println!("{kept}");
+        }
+        println!();
+    }
     let exercise = match &args.exercise {
         Some(wanted) => find_exercise(&chapter, wanted)?,
         None => {

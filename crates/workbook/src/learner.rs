@@ -71,21 +71,39 @@ pub fn exercise_status<'a>(
     });
     let state = if untouched {
         State::NotStarted
-    } else if record.build_error.is_none() && passed == total && total > 0 {
+    } else if passed == total && total > 0 {
         State::Done
     } else {
         State::Failing
     };
+    // When the last check did not compile, `record.tests` are those of the last check that did.
     ExerciseStatus {
         exercise,
         state,
-        passed: if record.build_error.is_some() {
-            0
-        } else {
-            passed
-        },
+        passed,
         total,
     }
+}
+
+/// What a learner is told when the chapter's last check did not compile: the exercises keep
+/// their states from the last check that compiled. `None` when the last check compiled.
+pub fn kept_progress(chapter: &Chapter, record: &CheckRecord) -> Option<String> {
+    record.build_error.as_ref()?;
+    let Some(at) = record.compiled_at.filter(|_| !record.tests.is_empty()) else {
+        return Some(format!(
+            "{} has not compiled at any check yet, so no exercise is done.",
+            chapter.name
+        ));
+    };
+    let statuses = chapter_status(chapter, Some(record));
+    let done = statuses.iter().filter(|s| s.state == State::Done).count();
+    Some(format!(
+        "Your progress is kept: {done} of {} exercises of {} were done at the last check that \
+         compiled ({}). Fix the error and check again.",
+        statuses.len(),
+        chapter.name,
+        crate::progress::ago(at)
+    ))
 }
 
 /// Every exercise of `chapter` with its state.
@@ -101,8 +119,11 @@ pub fn chapter_status<'a>(
         .collect()
 }
 
-/// Whether every exercise of `chapter` passed at its last check.
+/// Whether every exercise of `chapter` passed at its last check, and that check compiled.
 pub fn chapter_done(chapter: &Chapter, record: Option<&CheckRecord>) -> bool {
+    if record.is_none_or(|r| r.build_error.is_some()) {
+        return false;
+    }
     let status = chapter_status(chapter, record);
     !status.is_empty() && status.iter().all(|s| s.state == State::Done)
 }
@@ -336,11 +357,36 @@ mod tests {
     }
 
     #[test]
-    fn a_build_error_undoes_done() {
-        let ex = exercise(&["a"]);
+    fn a_build_error_keeps_each_exercise_but_the_chapter_is_not_done() {
+        let chapter = Chapter {
+            name: "ch01-x".into(),
+            dir: "exercises/ch01-x".into(),
+            solution_dir: "solutions/ch01-x".into(),
+            info: crate::chapter::ChapterInfo {
+                title: "X".into(),
+                exercises: vec![exercise(&["a"])],
+            },
+        };
         let mut r = record(&[("a", TestStatus::Passed, "")]);
+        assert!(chapter_done(&chapter, Some(&r)));
+        assert_eq!(kept_progress(&chapter, &r), None);
         r.build_error = Some("error[E0308]".into());
-        assert_eq!(exercise_status(&ex, Some(&r)).state, State::Failing);
+        r.compiled_at = Some(crate::progress::now());
+        let s = exercise_status(&chapter.info.exercises[0], Some(&r));
+        assert_eq!((s.state, s.passed), (State::Done, 1));
+        assert!(!chapter_done(&chapter, Some(&r)));
+        let kept = kept_progress(&chapter, &r).expect("a note");
+        assert!(
+            kept.starts_with("Your progress is kept: 1 of 1 exercises of ch01-x were done"),
+            "{kept}"
+        );
+        r.tests.clear();
+        r.compiled_at = None;
+        assert!(
+            kept_progress(&chapter, &r)
+                .unwrap()
+                .contains("has not compiled")
+        );
     }
 
     #[test]

@@ -102,6 +102,16 @@ fn chapter_note(chapter: &Chapter, progress: &Progress) -> String {
             .map(|l| format!(" at {l}"))
             .unwrap_or_default();
         let _ = write!(note, "; does not compile: {headline}{location}");
+        match record.compiled_at.filter(|_| !record.tests.is_empty()) {
+            Some(at) => {
+                let _ = write!(
+                    note,
+                    "; exercises as at the last check that compiled, {}",
+                    progress::ago(at)
+                );
+            }
+            None => note.push_str("; it has not compiled at any check yet"),
+        }
     } else if learner::chapter_done(chapter, Some(record)) {
         note.push_str("; all tests pass");
     }

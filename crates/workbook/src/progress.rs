@@ -45,10 +45,15 @@ pub struct CheckRecord {
     /// The digest of the `src/` that was checked (see [`crate::learner::src_digest`]).
     #[serde(default)]
     pub src_digest: String,
-    /// The compiler's first error when the code did not compile (then `tests` is empty).
+    /// The compiler's first error when the code did not compile (then `tests` holds the results
+    /// of the last check that compiled, so no progress is lost to a typo).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_error: Option<String>,
-    /// Every test that ran, by name.
+    /// When the tests in `tests` ran: this check, or the last one that compiled; `None` when no
+    /// check of the chapter has compiled yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled_at: Option<u64>,
+    /// Every test that ran, by name (at the last check that compiled, when this one did not).
     #[serde(default)]
     pub tests: BTreeMap<String, TestRecord>,
 }

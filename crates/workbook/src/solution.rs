@@ -86,7 +86,7 @@ pub fn run(root: Option<&Path>, args: &SolutionArgs) -> Result<ExitCode> {
     }
     for (rel, bytes) in &files {
         println!("==> {} <==", learner::shown(&repo, &src.join(rel)));
-        let text = String::from_utf8_lossy(bytes);
+        let text = without_anchors(&String::from_utf8_lossy(bytes));
         print!("{text}");
         if !text.ends_with('\n') {
             println!();
@@ -98,10 +98,55 @@ pub fn run(root: Option<&Path>, args: &SolutionArgs) -> Result<ExitCode> {
         .join("src")
         .join(format!("{name}-solution.md"));
     if page.is_file() {
-        println!(
-            "Why it is right: the book's page \"{name}-solution\" ({}).",
-            learner::shown(&repo, &page)
-        );
+        println!("Why it is right: {}", page_address(name));
+        println!("  (the book as `{cmd} start` or `{cmd} book --serve` serves it)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The address of a chapter's solution page in the book served on this machine.
+pub fn page_address(chapter: &str) -> String {
+    format!(
+        "http://127.0.0.1:{}/{chapter}{}.html",
+        crate::serve::DEFAULT_PORT,
+        crate::book::pages::SOLUTION_SUFFIX
+    )
+}
+
+/// `text` without the lines that only mark where the book's includes start and end
+/// (`// ANCHOR: name`, `// ANCHOR_END: name`).
+pub fn without_anchors(text: &str) -> String {
+    text.split_inclusive('\n')
+        .filter(|line| {
+            let code = line.trim_start();
+            let Some(comment) = code.strip_prefix("//") else {
+                return true;
+            };
+            let comment = comment.trim_start();
+            !(comment.starts_with("ANCHOR:") || comment.starts_with("ANCHOR_END:"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anchor_lines_are_removed_and_the_rest_is_kept() {
+        let text =
+            "// ANCHOR: f\npub fn f() {}\n    // ANCHOR_END: f\n// an ANCHOR: in prose\nlast";
+        assert_eq!(
+            without_anchors(text),
+            "pub fn f() {}\n// an ANCHOR: in prose\nlast"
+        );
+    }
+
+    #[test]
+    fn the_page_address_is_the_served_book_s() {
+        assert_eq!(
+            page_address("ch01-availability"),
+            "http://127.0.0.1:3000/ch01-availability-solution.html"
+        );
+    }
 }

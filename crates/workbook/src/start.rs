@@ -3,6 +3,7 @@
 //! report only).
 
 use crate::app_state::Repo;
+use crate::check;
 use crate::cli::StartArgs;
 use crate::learner;
 use crate::list;
@@ -48,10 +49,21 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
     }
     println!();
 
+    // The first check needs gpumem, its dependencies and the chapter's tests built: do it now,
+    // while the learner reads (in the background when the book is served).
+    let next = learner::first_unfinished(&chapters, &progress).cloned();
+    let for_prepare = repo.clone();
+    let prepare = move || {
+        if let Some(chapter) = next {
+            prepare_check(&for_prepare, &chapter);
+        }
+    };
     let Some(book) = book else {
+        prepare();
         return Ok(ExitCode::FAILURE);
     };
     if args.no_serve {
+        prepare();
         println!(
             "The book is in {}; open index.html there, or serve it: {cmd} book --serve",
             learner::shown(&repo, &book)
@@ -62,7 +74,26 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
         Some(port) => Server::bind(&book, port)?,
         None => Server::bind_near(&book, serve::DEFAULT_PORT)?,
     };
+    std::thread::spawn(prepare);
     crate::book::serve_until_interrupted(server, args.open)
+}
+
+/// Builds what the first `check` of `chapter` needs ([`check::prepare`]) and says how it went.
+fn prepare_check(repo: &Repo, chapter: &crate::app_state::Chapter) {
+    let name = &chapter.name;
+    println!("Preparing `check {name}` (gpumem and the tests, built once)...");
+    let started = std::time::Instant::now();
+    match check::prepare(repo, chapter) {
+        Ok(true) => println!(
+            "`check {name}` is ready: built in {:.0} s; checks now only run the tests.",
+            started.elapsed().as_secs_f64()
+        ),
+        Ok(false) => println!(
+            "Prepared `check {name}` in {:.0} s (your code does not compile yet: check shows why).",
+            started.elapsed().as_secs_f64()
+        ),
+        Err(e) => eprintln!("warning: could not prepare `check {name}`: {e:#}"),
+    }
 }
 
 /// A few lines on the device the exercises will use and whether the settings are sound; false

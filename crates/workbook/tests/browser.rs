@@ -1,7 +1,13 @@
 //! The book in a real browser. Builds it with `workbook book`, serves it on 127.0.0.1, and opens every page in headless Chromium through chromedriver
 //! (WebDriver): no JavaScript errors and no failed loads in the browser's log, every image loaded,
 //! every internal link and `#anchor` resolving, code blocks highlighted, the sidebar listing every
-//! page of SUMMARY.md, and the search finding the chapters that teach `empty_cache`.
+//! page of SUMMARY.md, and the search finding the chapters that teach `empty_cache`. Layouts fit:
+//! at 1280 px nothing in a page scrolls sideways; at 390 px no table does, and the pictures'
+//! smallest label is drawn at 10 px or more. Solutions are gated: every solution page opens on
+//! its warning with the solution hidden until its button is pressed, every link to a solution
+//! page (the chapter's "next" arrow included) lands on that gate, and the search shows no
+//! solution page. Every chapter with a quiz file shows 3 to 5 questions, and a question answered
+//! says whether it was right and shows its explanation.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
@@ -93,6 +99,7 @@ fn every_page_of_the_book_works_in_headless_chromium() {
         profile: scratch.path().join("profile"),
         sidebar_pages: summary_pages(&summary),
         search_must_find: chapter_sources,
+        quizzes: root.join("book/quizzes"),
         screenshots: std::env::var_os("WORKBOOK_SCREENSHOTS").map(PathBuf::from),
     };
     let result = runtime.block_on(check.run(&driver.url));
@@ -230,6 +237,8 @@ struct BookCheck {
     sidebar_pages: Vec<String>,
     /// Chapter pages whose source mentions [`SEARCH_WORD`].
     search_must_find: Vec<String>,
+    /// `book/quizzes/`: a chapter's questions are `<chapter>.toml` there.
+    quizzes: PathBuf,
     screenshots: Option<PathBuf>,
 }
 
@@ -247,6 +256,8 @@ struct Report {
 /// What one page holds, as the browser sees it once loaded.
 struct Page {
     ids: BTreeSet<String>,
+    /// Opens on the solution's gate, with the solution hidden.
+    gated: bool,
     links: Vec<Link>,
 }
 
@@ -260,6 +271,48 @@ struct Link {
     /// The decoded fragment (empty when none).
     anchor: String,
 }
+
+/// The phone's window width, and the smallest a picture's label may be drawn on it, in CSS px.
+const PHONE_WIDTH: u32 = 390;
+const MIN_LABEL_PX: f64 = 10.0;
+
+/// Every element of the page's text that scrolls sideways (its content is wider than its box and
+/// its `overflow-x` lets it scroll), and the page itself when wider than the window. `arguments[0]`
+/// is true on a phone, where code blocks (whose columns of output must stay aligned) and the
+/// pictures' own paragraphs may scroll, and tables may not. Runs in the page.
+const OVERFLOW: &str = r#"
+const phone = arguments[0];
+const out = [];
+const main = document.querySelector('#mdbook-content main') || document.querySelector('main');
+if (main === null) { return out; }
+const describe = (e) => {
+  const t = (e.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 50);
+  return e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ')[0] : '')
+    + ' "' + t + '"';
+};
+for (const e of [main, ...main.querySelectorAll('*')]) {
+  if (e.scrollWidth <= e.clientWidth + 1) { continue; }
+  const style = getComputedStyle(e);
+  const scrolls = e === main || style.overflowX === 'auto' || style.overflowX === 'scroll';
+  if (!scrolls || e.clientWidth === 0) { continue; }
+  if (phone && (e.closest('pre') !== null
+                || e.querySelector('img[src^="pictures/"]') !== null)) { continue; }
+  out.push(describe(e) + ' is ' + e.scrollWidth + ' px wide in ' + e.clientWidth + ' px');
+}
+if (document.documentElement.scrollWidth > window.innerWidth + 1) {
+  out.push('the page is ' + document.documentElement.scrollWidth + ' px wide in a '
+    + window.innerWidth + ' px window');
+}
+return out;
+"#;
+
+/// The pictures of a page: their `src` and the width they are drawn at. Runs in the page.
+const PICTURES: &str = r#"
+// mdBook draws each picture twice: in the page, and in its hidden zoomed view (.img-wrapper).
+return Array.from(document.querySelectorAll('main img[src^="pictures/"]'))
+  .filter(i => i.closest('.img-wrapper') === null).map(i => ({
+  src: i.getAttribute('src'), width: i.getBoundingClientRect().width }));
+"#;
 
 /// Collects what a loaded page holds. Runs in the page.
 const INSPECT: &str = r#"
@@ -283,7 +336,12 @@ const code = Array.from(document.querySelectorAll('pre > code')).map(c => ({
   spans: c.querySelectorAll('span[class^="hljs-"]').length }));
 const sidebar = Array.from(document.querySelectorAll('#mdbook-sidebar a[href]'))
   .map(a => url(a.getAttribute('href'))).filter(u => u !== null).map(u => decode(u.pathname));
-return { origin: window.location.origin, links, images, ids, code, sidebar,
+const gate = document.querySelector('.content .wb-gate');
+const solution = document.querySelector('.content .wb-gated');
+const gated = gate !== null && gate.offsetHeight > 0 && solution !== null
+  && solution.offsetHeight === 0;
+const questions = document.querySelectorAll('.content .wb-question').length;
+return { origin: window.location.origin, links, images, ids, code, sidebar, gated, questions,
          title: document.title };
 "#;
 
@@ -342,6 +400,9 @@ impl BookCheck {
                     .push(format!("{file}: browser log: {entry}"));
             }
             origin = info["origin"].as_str().unwrap_or_default().to_string();
+            for problem in self.overflow(client, file, false).await? {
+                report.problems.push(format!("at 1280 px, {problem}"));
+            }
             for image in info["images"].as_array().into_iter().flatten() {
                 report.images += 1;
                 if image["ok"] != json!(true) {
@@ -405,7 +466,22 @@ impl BookCheck {
                 .flatten()
                 .filter_map(|i| i.as_str().map(String::from))
                 .collect();
-            pages.insert(file.clone(), Page { ids, links });
+            let stem = file.trim_end_matches(".html");
+            if self.quizzes.join(format!("{stem}.toml")).is_file() {
+                let questions = info["questions"].as_u64().unwrap_or(0);
+                if !(3..=5).contains(&questions) {
+                    report.problems.push(format!(
+                        "{file} shows {questions} self-check questions (3 to 5 wanted)"
+                    ));
+                }
+            }
+            let gated = info["gated"] == json!(true);
+            if is_solution_page(file) && !gated {
+                report.problems.push(format!(
+                    "{file} does not open on its gate with the solution hidden"
+                ));
+            }
+            pages.insert(file.clone(), Page { ids, gated, links });
         }
 
         for page in pages.values() {
@@ -416,6 +492,12 @@ impl BookCheck {
                 report.links += 1;
                 let what = format!("{}: the link {:?}", link.from, link.text);
                 match pages.get(&link.path) {
+                    Some(target) if is_solution_page(&link.path) && !target.gated => {
+                        report.problems.push(format!(
+                            "{what} goes to the solution {} without its gate",
+                            link.path
+                        ));
+                    }
                     Some(target) => {
                         if !link.anchor.is_empty() && !target.ids.contains(&link.anchor) {
                             report.problems.push(format!(
@@ -433,6 +515,18 @@ impl BookCheck {
             }
         }
 
+        report
+            .problems
+            .extend(self.answer_a_question(client).await?);
+        for file in files.iter().filter(|f| is_solution_page(f)) {
+            report
+                .problems
+                .extend(self.open_the_gate(client, file).await?);
+        }
+        report
+            .problems
+            .extend(self.on_a_phone(client, &files).await?);
+
         let (found, problems) = self.search(client).await?;
         report.search_results = found;
         report.problems.extend(problems);
@@ -445,6 +539,180 @@ impl BookCheck {
             self.screenshots(client, dir).await?;
         }
         Ok(report)
+    }
+
+    /// Answers chapter 3's first question wrongly: the page says so, marks the right choice and
+    /// shows the explanation.
+    async fn answer_a_question(&self, client: &Client) -> Result<Vec<String>, String> {
+        let file = "ch03-drop-and-empty-cache.html";
+        self.open(client, file).await?;
+        let seen = client
+            .execute(
+                "const q = document.querySelector('.content .wb-question'); \
+                 if (q === null) return 'no question'; \
+                 const e = q.querySelector('.wb-explanation'); \
+                 if (e === null || e.offsetHeight !== 0) return 'the explanation shows before'; \
+                 const wrong = q.querySelector('.wb-choice[data-right=\"false\"]'); \
+                 wrong.scrollIntoView(); wrong.click(); \
+                 const verdict = q.querySelector('.wb-verdict').textContent; \
+                 const right = q.querySelector('.wb-choice.wb-right'); \
+                 return [verdict, e.offsetHeight > 0, right !== null \
+                   && right.getAttribute('data-right') === 'true', e.textContent.trim()];",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("answering a question on {file}: {e}"))?;
+        let mut problems = Vec::new();
+        match seen.as_array().map(Vec::as_slice) {
+            Some([verdict, shown, marked, text]) => {
+                if verdict != &json!("Not quite.") {
+                    problems.push(format!("{file}: a wrong answer's verdict is {verdict}"));
+                }
+                if shown != &json!(true)
+                    || !text.as_str().is_some_and(|t| t.starts_with("The answer:"))
+                {
+                    problems.push(format!("{file}: the explanation did not show ({text})"));
+                }
+                if marked != &json!(true) {
+                    problems.push(format!("{file}: the right choice is not marked"));
+                }
+            }
+            _ => problems.push(format!("{file}: answering the first question: {seen}")),
+        }
+        if let Some(dir) = &self.screenshots {
+            self.screenshot(client, dir, "ch03-question-answered")
+                .await?;
+        }
+        Ok(problems)
+    }
+
+    /// Presses a solution page's button: the solution shows, the gate goes.
+    async fn open_the_gate(&self, client: &Client, file: &str) -> Result<Vec<String>, String> {
+        self.open(client, file).await?;
+        let shown = client
+            .execute(
+                "const b = document.querySelector('.content .wb-gate-open'); \
+                 if (b === null) return 'no button'; b.click(); \
+                 const s = document.querySelector('.content .wb-gated'); \
+                 const g = document.querySelector('.content .wb-gate'); \
+                 return s !== null && s.offsetHeight > 0 && g.offsetHeight === 0 \
+                   ? 'shown' : 'still hidden';",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("pressing the gate's button on {file}: {e}"))?;
+        if shown == json!("shown") {
+            if let Some(dir) = &self.screenshots
+                && file.starts_with("ch03")
+            {
+                self.screenshot(client, dir, "ch03-solution-opened").await?;
+            }
+            Ok(Vec::new())
+        } else {
+            Ok(vec![format!(
+                "{file}: pressing the gate's button left the solution {shown}"
+            )])
+        }
+    }
+
+    /// What scrolls sideways in the page now open ([`OVERFLOW`]), each named with `file`.
+    async fn overflow(
+        &self,
+        client: &Client,
+        file: &str,
+        phone: bool,
+    ) -> Result<Vec<String>, String> {
+        let found = client
+            .execute(OVERFLOW, vec![json!(phone)])
+            .await
+            .map_err(|e| format!("measuring {file}: {e}"))?;
+        Ok(found
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .map(|p| format!("{file}: {p}"))
+            .collect())
+    }
+
+    /// Every page again in a phone's window ([`PHONE_WIDTH`]): no table or code scrolls sideways
+    /// (the pictures may, in their own paragraph), and every picture is drawn wide enough for its
+    /// smallest label to be [`MIN_LABEL_PX`] or more. Puts the window back to 1280 px after.
+    async fn on_a_phone(&self, client: &Client, files: &[String]) -> Result<Vec<String>, String> {
+        let mut problems = Vec::new();
+        client
+            .set_window_size(PHONE_WIDTH, 844)
+            .await
+            .map_err(|e| format!("resizing the window: {e}"))?;
+        let inner = client
+            .execute("return window.innerWidth;", vec![])
+            .await
+            .map_err(|e| format!("reading the window's width: {e}"))?;
+        if inner.as_u64() != Some(u64::from(PHONE_WIDTH)) {
+            problems.push(format!(
+                "the window could not be made {PHONE_WIDTH} px wide (innerWidth {inner})"
+            ));
+        }
+        let mut pictures = 0;
+        for file in files {
+            self.open(client, file).await?;
+            for problem in self.overflow(client, file, true).await? {
+                problems.push(format!("at {PHONE_WIDTH} px, {problem}"));
+            }
+            let drawn = client
+                .execute(PICTURES, vec![])
+                .await
+                .map_err(|e| format!("measuring the pictures of {file}: {e}"))?;
+            for picture in drawn.as_array().into_iter().flatten() {
+                pictures += 1;
+                let src = picture["src"].as_str().unwrap_or_default();
+                let width = picture["width"].as_f64().unwrap_or(0.0);
+                let svg = std::fs::read_to_string(self.dest.join(src))
+                    .map_err(|e| format!("{file}: reading the picture {src}: {e}"))?;
+                let Some((natural, smallest)) = svg_width_and_smallest_font(&svg) else {
+                    problems.push(format!("{file}: {src} has no width or no font-size"));
+                    continue;
+                };
+                let label = smallest * width / natural;
+                if label < MIN_LABEL_PX {
+                    problems.push(format!(
+                        "at {PHONE_WIDTH} px, {file}: {src} is drawn {width:.0} px wide of \
+                         {natural:.0}, so its {smallest} px labels are {label:.1} px \
+                         (at least {MIN_LABEL_PX} px wanted)"
+                    ));
+                }
+            }
+        }
+        if pictures == 0 {
+            problems.push(format!("at {PHONE_WIDTH} px no picture was measured"));
+        }
+        if let Some(dir) = &self.screenshots {
+            for page in ["ch07-pinned-memory.html", "ch03-drop-and-empty-cache.html"] {
+                self.open(client, page).await?;
+                self.screenshot(
+                    client,
+                    dir,
+                    &format!("{}-phone", page.trim_end_matches(".html")),
+                )
+                .await?;
+            }
+        }
+        client
+            .set_window_size(1280, 900)
+            .await
+            .map_err(|e| format!("resizing the window back: {e}"))?;
+        Ok(problems)
+    }
+
+    /// Saves a screenshot of the window as `<dir>/<name>.png`.
+    async fn screenshot(&self, client: &Client, dir: &Path, name: &str) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let png = client
+            .screenshot()
+            .await
+            .map_err(|e| format!("screenshot {name}: {e}"))?;
+        std::fs::write(dir.join(format!("{name}.png")), png)
+            .map_err(|e| format!("writing {name}.png: {e}"))
     }
 
     /// Opens a page and waits until it and its images have loaded; returns what it holds.
@@ -514,6 +782,11 @@ impl BookCheck {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let mut problems = Vec::new();
+        for page in found.iter().filter(|p| is_solution_page(p)) {
+            problems.push(format!(
+                "searching for {SEARCH_WORD:?} shows the solution page {page}"
+            ));
+        }
         for page in &self.search_must_find {
             if !found.contains(page) {
                 problems.push(format!(
@@ -528,7 +801,11 @@ impl BookCheck {
     async fn screenshots(&self, client: &Client, dir: &Path) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         for theme in ["light", "navy"] {
-            for page in ["introduction.html", "ch03-drop-and-empty-cache.html"] {
+            for page in [
+                "introduction.html",
+                "ch03-drop-and-empty-cache.html",
+                "ch03-drop-and-empty-cache-solution.html",
+            ] {
                 self.open(client, page).await?;
                 client
                     .execute(
@@ -615,6 +892,30 @@ impl WebDriverCompatibleCommand for BrowserLog {
     }
 }
 
+/// A chapter's solution page (`<chapter>-solution.html`), which must open on its gate.
+fn is_solution_page(path: &str) -> bool {
+    path.ends_with("-solution.html")
+}
+
+/// An SVG's `width` and the smallest `font-size` of its text, in its own px.
+fn svg_width_and_smallest_font(svg: &str) -> Option<(f64, f64)> {
+    let attribute = |text: &str, name: &str| -> Vec<f64> {
+        let key = format!(" {name}=\"");
+        text.match_indices(&key)
+            .filter_map(|(i, _)| {
+                let rest = &text[i + key.len()..];
+                rest[..rest.find('"')?].parse().ok()
+            })
+            .collect()
+    };
+    let tag = &svg[svg.find("<svg")?..];
+    let width = *attribute(&tag[..tag.find('>')?], "width").first()?;
+    let smallest = attribute(svg, "font-size")
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    smallest.is_finite().then_some((width, smallest))
+}
+
 /// Every `.html` file of the built book, relative to its root, sorted.
 fn html_files(dest: &Path) -> Vec<String> {
     fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
@@ -672,6 +973,17 @@ fn chapter_pages_mentioning(src: &Path, summary: &str, word: &str) -> Vec<String
             std::fs::read_to_string(md).is_ok_and(|text| text.contains(word))
         })
         .collect()
+}
+
+#[test]
+fn an_svg_gives_its_width_and_smallest_label() {
+    let svg = r#"<svg xmlns="x" width="750" height="400"><text font-size="13">a</text>
+        <text x="1" font-size="11.5">b</text></svg>"#;
+    assert_eq!(svg_width_and_smallest_font(svg), Some((750.0, 11.5)));
+    assert_eq!(
+        svg_width_and_smallest_font("<svg width=\"10\"></svg>"),
+        None
+    );
 }
 
 #[test]

@@ -247,6 +247,64 @@ fn a_compile_error_is_shown_with_its_file_and_line() {
 }
 
 #[test]
+fn a_typo_keeps_the_progress_of_the_last_check_that_compiled() {
+    let repo = FakeRepo::new();
+    demo_chapter(&repo, "ch01-demo");
+    repo.write("exercises/ch01-demo/src/lib.rs", HALFWAY);
+    let (code, out, err) = workbook(&repo, &["check", "ch01-demo"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("1 of 3 exercises done."), "{out}");
+
+    // One missing brace: nothing compiles, and nothing that was done is forgotten.
+    repo.write(
+        "exercises/ch01-demo/src/lib.rs",
+        &HALFWAY.replacen("x * 2\n}", "x * 2\n", 1),
+    );
+    let (code, out, err) = workbook(&repo, &["check", "ch01-demo"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a chapter that does not compile fails:\n{out}\n{err}"
+    );
+    assert!(out.contains("does not compile, so no test ran"), "{out}");
+    assert!(
+        out.contains(
+            "Your progress is kept: 1 of 3 exercises of ch01-demo were done at the last check \
+             that compiled (just now)."
+        ),
+        "{out}"
+    );
+
+    let (code, out, err) = workbook(&repo, &["list"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("1/3 exercises"), "{out}");
+    assert!(
+        out.contains("; exercises as at the last check that compiled, just now"),
+        "{out}"
+    );
+    assert_eq!(
+        row(&out, " double "),
+        ["✓", "done", "double", "Do", "double"]
+    );
+    assert_eq!(
+        row(&out, " triple "),
+        [
+            "✗", "failing", "triple", "Do", "triple", "(0/1", "tests", "pass)"
+        ]
+    );
+
+    // The hint goes to the first exercise not done, and says why the chapter is not passing.
+    let (code, out, err) = workbook(&repo, &["hint", "ch01-demo"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.starts_with("Note: ch01-demo did not compile at its last check"),
+        "{out}"
+    );
+    assert!(out.contains("ch01-demo › triple — Do triple"), "{out}");
+    assert!(!out.contains("› double"), "{out}");
+}
+
+#[test]
 fn list_refresh_checks_every_chapter() {
     let repo = FakeRepo::new();
     demo_chapter(&repo, "ch01-demo");
@@ -327,8 +385,20 @@ fn the_solution_waits_for_passing_tests_unless_forced() {
     );
     assert!(out.contains("solution ch01-demo --force"), "{out}");
 
+    // The book's include markers stay out of what the learner reads; the page is the served book's.
+    repo.write(
+        "solutions/ch01-demo/src/lib.rs",
+        &format!("// ANCHOR: all\n{SOLUTION}    // ANCHOR_END: all\n"),
+    );
+    repo.write("book/src/ch01-demo-solution.md", "# Solution: Demo\n");
     let (code, out, _) = workbook(&repo, &["solution", "ch01", "--force"]);
     assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("ANCHOR"), "{out}");
+    assert!(
+        out.contains("Why it is right: http://127.0.0.1:3000/ch01-demo-solution.html"),
+        "{out}"
+    );
+    assert!(!out.contains("book/src"), "{out}");
     assert!(
         out.starts_with(
             "FORCED: ch01-demo has not passed (2 of 4 tests passed at its last check)."
@@ -530,10 +600,23 @@ fn start_without_serving_builds_the_book_and_shows_progress() {
         "book        built in book/book",
         "progress    [--------------------] 0/3 exercises",
         "check ch01-demo",
+        "`check ch01-demo` is ready",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
     assert!(repo.root().join("book/book/index.html").is_file());
+    // start built the chapter's test binary where check looks for it: the repository's target/.
+    let built: Vec<String> = std::fs::read_dir(repo.root().join("target/debug/deps"))
+        .expect("start built into target/")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("demo-") && !n.ends_with(".d"))
+        .collect();
+    assert_eq!(
+        built.len(),
+        1,
+        "one test binary of tests/demo.rs: {built:?}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Graded tests for chapter 1. They pass on `cpu` and on `cuda` (`GPUMEM_DEVICE=cuda`).
 
 use ch01_availability::{choose_device, cuda_status, describe, predict_first_allocations};
+use gpumem::testing::Prediction;
 use gpumem::{Device, DeviceKind, Error, format_bytes};
 
 const MIB: u64 = 1 << 20;
@@ -210,16 +211,18 @@ fn first_tiny_allocation_prediction_matches_allocated_and_reserved() {
     let dev = gpumem::testing::device();
     let predicted = predict_first_allocations();
     let a = dev.alloc::<f32>(1).expect("alloc 1 f32");
-    assert_eq!(
-        predicted.allocated_after_first,
-        dev.memory_allocated(),
-        "memory_allocated after alloc::<f32>(1)"
-    );
-    assert_eq!(
-        predicted.reserved_after_first,
-        dev.memory_reserved(),
-        "memory_reserved after alloc::<f32>(1)"
-    );
+    Prediction::new("your prediction after alloc::<f32>(1)")
+        .bytes(
+            "allocated_after_first",
+            predicted.allocated_after_first,
+            dev.memory_allocated(),
+        )
+        .bytes(
+            "reserved_after_first",
+            predicted.reserved_after_first,
+            dev.memory_reserved(),
+        )
+        .check();
     assert_eq!(dev.memory_allocated(), 512);
     assert_eq!(dev.memory_reserved(), 2 * MIB);
     drop(a);
@@ -232,21 +235,23 @@ fn second_tiny_allocation_prediction_matches_the_shared_segment() {
     let a = dev.alloc::<f32>(1).expect("alloc 1 f32");
     let b = dev.alloc::<f32>(200).expect("alloc 200 f32");
     let stats = dev.memory_stats();
-    assert_eq!(
-        predicted.allocated_after_second,
-        dev.memory_allocated(),
-        "memory_allocated after the second buffer"
-    );
-    assert_eq!(
-        predicted.reserved_after_second,
-        dev.memory_reserved(),
-        "memory_reserved after the second buffer"
-    );
-    assert_eq!(
-        Some(predicted.segments_after_second),
-        stats.get("segment.all.current"),
-        "segments after the second buffer"
-    );
+    Prediction::new("your prediction after the second buffer")
+        .bytes(
+            "allocated_after_second",
+            predicted.allocated_after_second,
+            dev.memory_allocated(),
+        )
+        .bytes(
+            "reserved_after_second",
+            predicted.reserved_after_second,
+            dev.memory_reserved(),
+        )
+        .count(
+            "segments_after_second",
+            Some(predicted.segments_after_second),
+            stats.get("segment.all.current"),
+        )
+        .check();
     assert_eq!(stats.get("allocation.all.current"), Some(2));
     assert_eq!(stats.get("requested_bytes.all.current"), Some(4 + 800));
     drop((a, b));
@@ -261,18 +266,24 @@ fn first_allocation_prediction_matches_the_drivers_free_memory() {
     let (free_after, total_after) = dev.mem_get_info().expect("mem_get_info");
     assert_eq!(total, total_after, "total memory never changes");
     // The device gives memory out in whole segments: what it loses is what the allocator reserved.
-    assert_eq!(
+    Prediction::new(
+        "your prediction of what the driver sees (it sees reserved memory, not allocated)",
+    )
+    .bytes(
+        "free_drop_after_first",
         predicted.free_drop_after_first,
         dev.memory_reserved(),
-        "the driver sees reserved memory, not allocated memory"
-    );
+    )
+    .check();
     if !dev.is_cuda() {
         // On a GPU other processes change free memory at any time, so only cpu is exact.
-        assert_eq!(
-            predicted.free_drop_after_first,
-            free_before - free_after,
-            "fall in mem_get_info's free memory on cpu"
-        );
+        Prediction::new("your prediction of the fall in mem_get_info's free memory on cpu")
+            .bytes(
+                "free_drop_after_first",
+                predicted.free_drop_after_first,
+                free_before - free_after,
+            )
+            .check();
     }
     drop(a);
 }

@@ -4,6 +4,7 @@ use ch02_transfers::{
     batched_upload, download, independent_copy, predict_pipeline, round_trip, upload,
     zeros_on_device,
 };
+use gpumem::testing::Prediction;
 use gpumem::{CopyCount, Device};
 
 const MIB: u64 = 1 << 20;
@@ -304,22 +305,28 @@ fn pipeline_prediction_matches_the_copy_counters() {
     let dev = gpumem::testing::device();
     let predicted = predict_pipeline();
     let m = run_pipeline(&dev);
-    assert_eq!(
-        predicted.host_to_device_copies, m.h2d.copies,
-        "host-to-device copies"
-    );
-    assert_eq!(
-        predicted.host_to_device_bytes, m.h2d.bytes,
-        "host-to-device bytes"
-    );
-    assert_eq!(
-        predicted.device_to_device_copies, m.d2d.copies,
-        "device-to-device copies"
-    );
-    assert_eq!(
-        predicted.device_to_host_copies, m.d2h.copies,
-        "device-to-host copies"
-    );
+    Prediction::new("your prediction of the copy counters")
+        .count(
+            "host_to_device_copies",
+            predicted.host_to_device_copies,
+            m.h2d.copies,
+        )
+        .bytes(
+            "host_to_device_bytes",
+            predicted.host_to_device_bytes,
+            m.h2d.bytes,
+        )
+        .count(
+            "device_to_device_copies",
+            predicted.device_to_device_copies,
+            m.d2d.copies,
+        )
+        .count(
+            "device_to_host_copies",
+            predicted.device_to_host_copies,
+            m.d2h.copies,
+        )
+        .check();
 }
 
 #[test]
@@ -327,8 +334,10 @@ fn pipeline_prediction_matches_live_blocks_and_allocated_bytes() {
     let dev = gpumem::testing::device();
     let predicted = predict_pipeline();
     let m = run_pipeline(&dev);
-    assert_eq!(predicted.live_blocks, m.live_blocks, "live blocks");
-    assert_eq!(predicted.allocated, m.allocated, "memory_allocated");
+    Prediction::new("your prediction of what is left on the device")
+        .count("live_blocks", predicted.live_blocks, m.live_blocks)
+        .bytes("allocated", predicted.allocated, m.allocated)
+        .check();
 }
 
 #[test]
@@ -336,9 +345,12 @@ fn pipeline_prediction_knows_dropping_the_host_vec_frees_no_device_memory() {
     let dev = gpumem::testing::device();
     let predicted = predict_pipeline();
     let m = run_pipeline(&dev);
-    assert_eq!(
-        predicted.freed_by_dropping_host, m.freed_by_dropping_host,
-        "memory_allocated freed by drop(host)"
-    );
+    Prediction::new("your prediction of what drop(host) frees on the device")
+        .bytes(
+            "freed_by_dropping_host",
+            predicted.freed_by_dropping_host,
+            m.freed_by_dropping_host,
+        )
+        .check();
     assert_eq!(m.freed_by_dropping_host, 0);
 }

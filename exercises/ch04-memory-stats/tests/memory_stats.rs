@@ -5,6 +5,7 @@ use ch04_memory_stats::{
     predict_fragmented, predict_mlp, sampled_peak, source_loop, train, workspace_op,
 };
 use gpumem::Device;
+use gpumem::testing::Prediction;
 
 /// Reads the allocator's numbers by key, independently of the learner's `StatsView::from_stats`.
 fn observed(dev: &Device) -> StatsView {
@@ -116,6 +117,23 @@ fn stats_view_tells_current_from_peak_and_small_from_large() -> anyhow::Result<(
 
 // ---- predict, then measure ----
 
+/// Your prediction beside the measurement, every number at once.
+fn compare(what: &str, p: &StatsView, m: &StatsView) {
+    Prediction::new(what)
+        .bytes("allocated", p.allocated, m.allocated)
+        .bytes("requested", p.requested, m.requested)
+        .bytes("reserved", p.reserved, m.reserved)
+        .bytes("peak_allocated", p.peak_allocated, m.peak_allocated)
+        .count("small_segments", p.small_segments, m.small_segments)
+        .count("large_segments", p.large_segments, m.large_segments)
+        .bytes(
+            "inactive_split_bytes",
+            p.inactive_split_bytes,
+            m.inactive_split_bytes,
+        )
+        .check();
+}
+
 #[test]
 fn prediction_mlp_matches_memory_stats() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
@@ -134,11 +152,7 @@ fn prediction_mlp_matches_memory_stats() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    assert_eq!(
-        predict_mlp(),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    compare("your prediction for MLP_SHAPE", &predict_mlp(), &measured);
     drop(mlp);
     Ok(())
 }
@@ -161,10 +175,10 @@ fn prediction_fragmented_matches_memory_stats() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    assert_eq!(
-        predict_fragmented(),
-        measured,
-        "your prediction (left) against the measurement (right)"
+    compare(
+        "your prediction after fragment",
+        &predict_fragmented(),
+        &measured,
     );
     dev.empty_cache();
     assert_eq!(

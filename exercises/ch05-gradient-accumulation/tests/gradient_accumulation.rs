@@ -6,6 +6,7 @@ use ch05_gradient_accumulation::{
 };
 use gpumem::Device;
 use gpumem::ops::{Linear, Mlp, MlpGrads, XorShift};
+use gpumem::testing::Prediction;
 use gpumem::testing::assert_close;
 
 /// The model of the accumulation tests: 64 inputs, 128 hidden units, 16 outputs.
@@ -335,6 +336,21 @@ fn measure_step(dev: &Device, rows: usize) -> anyhow::Result<StepMemory> {
     })
 }
 
+/// Your prediction for `rows` beside the measurement, every number at once.
+fn compare(rows: usize, p: &StepMemory, m: &StepMemory) {
+    Prediction::new(format!("your prediction for {rows} rows"))
+        .bytes("parameters", p.parameters, m.parameters)
+        .bytes("gradients", p.gradients, m.gradients)
+        .bytes("batch_data", p.batch_data, m.batch_data)
+        .bytes(
+            "saved_activations",
+            p.saved_activations,
+            m.saved_activations,
+        )
+        .bytes("step_peak", p.step_peak, m.step_peak)
+        .check();
+}
+
 #[test]
 fn prediction_for_a_batch_of_64_matches_the_allocator() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
@@ -350,11 +366,7 @@ fn prediction_for_a_batch_of_64_matches_the_allocator() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    assert_eq!(
-        predict_step_memory(64),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    compare(64, &predict_step_memory(64), &measured);
     Ok(())
 }
 
@@ -373,11 +385,7 @@ fn prediction_for_a_micro_batch_of_16_matches_the_allocator() -> anyhow::Result<
         },
         "the allocator's numbers"
     );
-    assert_eq!(
-        predict_step_memory(16),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    compare(16, &predict_step_memory(16), &measured);
     Ok(())
 }
 
@@ -396,10 +404,6 @@ fn prediction_for_a_single_row_matches_the_allocator() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    assert_eq!(
-        predict_step_memory(1),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    compare(1, &predict_step_memory(1), &measured);
     Ok(())
 }

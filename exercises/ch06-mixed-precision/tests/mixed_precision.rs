@@ -5,6 +5,7 @@ use ch06_mixed_precision::{
     mixed_precision_step, predict_memory, round_trip,
 };
 use gpumem::ops::{DType, Float, Linear, Mlp, MlpGrads, XorShift};
+use gpumem::testing::Prediction;
 use gpumem::testing::assert_close;
 use gpumem::{Device, bf16, f16};
 
@@ -556,6 +557,19 @@ fn measure<T: Float>(dev: &Device) -> anyhow::Result<MixedMemory> {
 /// The f32 parameters: 256×128 and 64×256 weights, 256 biases, and 64 biases in a 512 B block.
 const PARAMETER_BLOCKS: u64 = 131_072 + 1_024 + 65_536 + 512;
 
+/// Your prediction for `dtype` beside the measurement, every number at once.
+fn compare(dtype: DType, m: &MixedMemory) {
+    let p = predict_memory(dtype);
+    Prediction::new(format!("your prediction for {dtype:?}"))
+        .bytes("master_weights", p.master_weights, m.master_weights)
+        .bytes("gradients", p.gradients, m.gradients)
+        .bytes("optimizer_state", p.optimizer_state, m.optimizer_state)
+        .bytes("batch_data", p.batch_data, m.batch_data)
+        .bytes("cast_weights", p.cast_weights, m.cast_weights)
+        .bytes("activations", p.activations, m.activations)
+        .check();
+}
+
 #[test]
 fn prediction_f32_matches_the_allocator() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
@@ -572,11 +586,7 @@ fn prediction_f32_matches_the_allocator() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    assert_eq!(
-        predict_memory(DType::F32),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    compare(DType::F32, &measured);
     Ok(())
 }
 
@@ -596,11 +606,7 @@ fn prediction_f16_matches_the_allocator() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    assert_eq!(
-        predict_memory(DType::F16),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    compare(DType::F16, &measured);
     Ok(())
 }
 
@@ -613,10 +619,6 @@ fn prediction_bf16_matches_the_allocator() -> anyhow::Result<()> {
         measure::<f16>(&dev)?,
         "bf16 and f16 take the same bytes"
     );
-    assert_eq!(
-        predict_memory(DType::BF16),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    compare(DType::BF16, &measured);
     Ok(())
 }

@@ -5,6 +5,7 @@ use ch07_pinned_memory::{
     HostPrediction, download_pinned, host_scenario, pipeline, predict_host, upload_pinned,
 };
 use gpumem::ops::XorShift;
+use gpumem::testing::Prediction;
 use gpumem::{CopyCount, Device};
 use std::cell::RefCell;
 
@@ -169,45 +170,53 @@ fn predicted_and_measured(dev: &Device) -> (HostPrediction, HostPrediction) {
 fn host_prediction_matches_block_rounding_and_reuse() {
     let dev = gpumem::testing::device();
     let (p, m) = predicted_and_measured(&dev);
-    assert_eq!(p.num_host_alloc, m.num_host_alloc, "num_host_alloc");
-    assert_eq!(
-        p.pinned_allocated_bytes, m.pinned_allocated_bytes,
-        "allocated_bytes.current"
-    );
-    assert_eq!(
-        p.pinned_peak_bytes, m.pinned_peak_bytes,
-        "allocated_bytes.peak"
-    );
-    assert_eq!(
-        p.pinned_reserved_bytes, m.pinned_reserved_bytes,
-        "reserved_bytes.current"
-    );
+    Prediction::new("your prediction of the host cache's blocks")
+        .count("num_host_alloc", p.num_host_alloc, m.num_host_alloc)
+        .bytes(
+            "pinned_allocated_bytes (allocated_bytes.current)",
+            p.pinned_allocated_bytes,
+            m.pinned_allocated_bytes,
+        )
+        .bytes(
+            "pinned_peak_bytes (allocated_bytes.peak)",
+            p.pinned_peak_bytes,
+            m.pinned_peak_bytes,
+        )
+        .bytes(
+            "pinned_reserved_bytes (reserved_bytes.current)",
+            p.pinned_reserved_bytes,
+            m.pinned_reserved_bytes,
+        )
+        .check();
 }
 
 #[test]
 fn host_prediction_matches_empty_host_cache() {
     let dev = gpumem::testing::device();
     let (p, m) = predicted_and_measured(&dev);
-    assert_eq!(
-        p.num_host_free, m.num_host_free,
-        "num_host_free after empty_host_cache"
-    );
-    assert_eq!(
-        p.pinned_reserved_after_empty, m.pinned_reserved_after_empty,
-        "reserved_bytes.current after empty_host_cache"
-    );
+    Prediction::new("your prediction after empty_host_cache")
+        .count("num_host_free", p.num_host_free, m.num_host_free)
+        .bytes(
+            "pinned_reserved_after_empty",
+            p.pinned_reserved_after_empty,
+            m.pinned_reserved_after_empty,
+        )
+        .check();
 }
 
 #[test]
 fn host_prediction_matches_the_copy_counters() {
     let dev = gpumem::testing::device();
     let (p, m) = predicted_and_measured(&dev);
-    assert_eq!(
-        p.host_to_device_copies, m.host_to_device_copies,
-        "host_to_device.copies"
-    );
-    assert_eq!(p.pinned_copies, m.pinned_copies, "pinned.copies");
-    assert_eq!(p.pinned_bytes, m.pinned_bytes, "pinned.bytes");
+    Prediction::new("your prediction of the copy counters")
+        .count(
+            "host_to_device_copies",
+            p.host_to_device_copies,
+            m.host_to_device_copies,
+        )
+        .count("pinned_copies", p.pinned_copies, m.pinned_copies)
+        .bytes("pinned_bytes", p.pinned_bytes, m.pinned_bytes)
+        .check();
 }
 
 // --- pipeline --------------------------------------------------------------------------------
