@@ -1010,6 +1010,21 @@ impl<T: Float> Tensor<T> {
         ))
     }
 
+    /// A copy of the values in a new block (torch's `tensor.clone()`, node `CloneBackward0`,
+    /// which saves nothing). `Tensor::clone` is Rust's: another handle on the same memory.
+    pub fn copy(&self) -> Result<Tensor<T>> {
+        count_forward("copy");
+        let y = self.data().try_clone()?;
+        Tensor::record(
+            "CloneBackward0",
+            y,
+            self.shape().to_vec(),
+            &[self],
+            |_, _| Vec::new(),
+            Box::new(|_, g| Ok(vec![Some(share(g))])),
+        )
+    }
+
     /// How many in-place writes this tensor's memory has had (`tensor._version`).
     pub fn version(&self) -> u64 {
         self.data().version()
