@@ -1,5 +1,5 @@
 //! Optimizers over [`crate::autograd`] parameters, with their state on the device as torch keeps it
-//! (PyTorch 2.1 and later, `torch/optim/sgd.py`, `adam.py`, `adamw.py`):
+//! (PyTorch 2.x as in its current source, `torch/optim/sgd.py`, `adam.py`, `adamw.py`):
 //!
 //! | optimizer | state per parameter (device memory) | created |
 //! |-----------|-------------------------------------|---------|
