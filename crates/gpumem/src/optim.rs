@@ -37,24 +37,13 @@ fn share<T: Float>(b: &Buffer<T>) -> Result<Buffer<T>> {
     b.to(b.device())
 }
 
-fn invalid(op: &'static str, params: &[impl HasDevice], message: String) -> Error {
+fn invalid<T: Float>(op: &'static str, params: &[Tensor<T>], message: String) -> Error {
     Error::InvalidArgument {
         op,
         device: params
             .first()
-            .map_or_else(|| "none".to_string(), |p| p.device_name()),
+            .map_or_else(|| "no device".to_string(), |p| p.device().to_string()),
         message,
-    }
-}
-
-/// Something with a device name (for error messages).
-trait HasDevice {
-    fn device_name(&self) -> String;
-}
-
-impl<T: Float> HasDevice for Tensor<T> {
-    fn device_name(&self) -> String {
-        self.device().to_string()
     }
 }
 
@@ -109,9 +98,9 @@ pub trait Optimizer<T: Float> {
     }
 }
 
-fn check_hyper(
+fn check_hyper<T: Float>(
     op: &'static str,
-    params: &[impl HasDevice],
+    params: &[Tensor<T>],
     checks: &[(&str, f32, bool)],
 ) -> Result<()> {
     for &(what, value, ok) in checks {
@@ -122,9 +111,13 @@ fn check_hyper(
     Ok(())
 }
 
-/// The gradient's memory of `p`, if it has one.
-fn grad_of<T: Float>(p: &Tensor<T>) -> Option<Tensor<T>> {
-    p.grad()
+/// The parameters that have a gradient, with their index and gradient.
+fn with_grad<T: Float>(params: &[Tensor<T>]) -> Vec<(usize, Tensor<T>)> {
+    params
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.grad().map(|g| (i, g)))
+        .collect()
 }
 
 /// `p ← p + alpha·d`, counted as an in-place write of `p`.
@@ -215,25 +208,27 @@ impl<T: Float> Sgd<T> {
         self.momentum_buffers.get(i).and_then(Option::as_ref)
     }
 
-    /// `buf ← momentum·buf + (1 − dampening)·g`, or `buf ← copy of g` on the first step.
-    fn update_buffer(&mut self, i: usize, g: &Buffer<T>) -> Result<()> {
+    /// `buf ← momentum·buf + (1 − dampening)·g`, or `buf ← a copy of g` on the parameter's first
+    /// step (torch: `torch.clone(grad).detach()`); returns the buffer.
+    fn update_buffer(&mut self, i: usize, g: &Buffer<T>) -> Result<&Buffer<T>> {
         let o = self.options;
-        match &mut self.momentum_buffers[i] {
-            None => self.momentum_buffers[i] = Some(g.try_clone()?),
-            Some(buf) => {
-                ops::scale(buf, o.momentum)?;
-                ops::axpy(1.0 - o.dampening, g, buf)?;
+        let buf = match self.momentum_buffers[i].take() {
+            None => g.try_clone()?,
+            Some(mut buf) => {
+                ops::scale(&mut buf, o.momentum)?;
+                ops::axpy(1.0 - o.dampening, g, &mut buf)?;
+                buf
             }
-        }
-        Ok(())
+        };
+        Ok(self.momentum_buffers[i].insert(buf))
     }
 
+    /// torch's `_single_tensor_sgd`: one parameter at a time.
     fn step_for_loop(&mut self) -> Result<()> {
         let o = self.options;
-        for i in 0..self.params.len() {
+        for (i, g) in with_grad(&self.params) {
             let p = self.params[i].clone();
-            let Some(g) = grad_of(&p) else { continue };
-            // A temporary only with weight decay.
+            // `grad.add(param, alpha=weight_decay)`: a temporary, with weight decay only.
             let decayed = match o.weight_decay {
                 0.0 => None,
                 wd => Some(decayed_grad(g.data(), &p, wd)?),
@@ -241,31 +236,23 @@ impl<T: Float> Sgd<T> {
             let g = decayed.as_ref().unwrap_or(g.data());
             if o.momentum == 0.0 {
                 add_to_param(&p, -o.lr, g)?;
-                continue;
-            }
-            self.update_buffer(i, g)?;
-            let buf = self.momentum_buffers[i]
-                .as_ref()
-                .ok_or_else(|| invalid("Sgd::step", &self.params, "internal: no buffer".into()))?;
-            if o.nesterov {
+            } else if o.nesterov {
+                let buf = self.update_buffer(i, g)?;
+                // `grad.add(buf, alpha=momentum)`: another temporary.
                 let mut d = g.try_clone()?;
                 ops::axpy(o.momentum, buf, &mut d)?;
                 add_to_param(&p, -o.lr, &d)?;
             } else {
-                add_to_param(&p, -o.lr, buf)?;
+                add_to_param(&p, -o.lr, self.update_buffer(i, g)?)?;
             }
         }
         Ok(())
     }
 
+    /// torch's `_multi_tensor_sgd`: each operation over every parameter with a gradient.
     fn step_for_each(&mut self) -> Result<()> {
         let o = self.options;
-        let with_grad: Vec<(usize, Tensor<T>)> = self
-            .params
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| grad_of(p).map(|g| (i, g)))
-            .collect();
+        let with_grad = with_grad(&self.params);
         // `_foreach_add(grads, params, alpha=weight_decay)`: a new list, all alive at once.
         let mut grads: Vec<Buffer<T>> = Vec::with_capacity(with_grad.len());
         for (i, g) in &with_grad {
@@ -275,19 +262,17 @@ impl<T: Float> Sgd<T> {
             });
         }
         if o.momentum != 0.0 {
+            let mut bufs = Vec::with_capacity(grads.len());
             for ((i, _), g) in with_grad.iter().zip(&grads) {
-                self.update_buffer(*i, g)?;
+                bufs.push(share(self.update_buffer(*i, g)?)?);
             }
-            for ((i, _), g) in with_grad.iter().zip(grads.iter_mut()) {
-                let buf = self.momentum_buffers[*i].as_ref().ok_or_else(|| {
-                    invalid("Sgd::step", &self.params, "internal: no buffer".into())
-                })?;
-                if o.nesterov {
-                    // `_foreach_add_(grads, bufs, alpha=momentum)`: in place, as torch does.
+            if o.nesterov {
+                // `_foreach_add_(grads, bufs, alpha=momentum)`: in place, as torch does.
+                for (g, buf) in grads.iter_mut().zip(&bufs) {
                     ops::axpy(o.momentum, buf, g)?;
-                } else {
-                    *g = share(buf)?;
                 }
+            } else {
+                grads = bufs;
             }
         }
         for ((i, _), g) in with_grad.iter().zip(&grads) {
@@ -438,37 +423,38 @@ impl<T: Float> Adam<T> {
             .map_or(0, |s| s.step)
     }
 
-    /// Makes the state of parameter `i` if it has none (zeros), counts its step, and updates its
-    /// moments from `g`: `m ← β₁m + (1−β₁)g`, `v ← β₂v + (1−β₂)g²`.
-    fn update_moments(&mut self, i: usize, g: &Buffer<T>) -> Result<()> {
-        let (b1, b2) = self.options.betas;
-        let n = self.params[i].numel();
-        let dev = self.params[i].device().clone();
-        if self.state[i].is_none() {
-            self.state[i] = Some(AdamState {
-                step: 0,
-                exp_avg: dev.alloc::<T>(n)?,
-                exp_avg_sq: dev.alloc::<T>(n)?,
-            });
-        }
-        let s = self.state[i]
-            .as_mut()
-            .ok_or_else(|| invalid("Adam::step", &self.params, "internal: no state".into()))?;
+    /// The state of parameter `i`, made (zeros, step 0) on its first use.
+    fn state_for(&mut self, i: usize) -> Result<&mut AdamState<T>> {
+        let state = match self.state[i].take() {
+            Some(state) => state,
+            None => {
+                let (dev, n) = (self.params[i].device(), self.params[i].numel());
+                AdamState {
+                    step: 0,
+                    exp_avg: dev.alloc::<T>(n)?,
+                    exp_avg_sq: dev.alloc::<T>(n)?,
+                }
+            }
+        };
+        Ok(self.state[i].insert(state))
+    }
+
+    /// Counts a step of parameter `i` and updates its moments from `g`:
+    /// `m ← β₁m + (1−β₁)g`, `v ← β₂v + (1−β₂)g²`. Returns the step size `lr / (1 − β₁ᵗ)` and
+    /// `√(1 − β₂ᵗ)`.
+    fn update_moments(&mut self, i: usize, g: &Buffer<T>) -> Result<(f32, f32)> {
+        let AdamOptions { lr, betas, .. } = self.options;
+        let (b1, b2) = betas;
+        let s = self.state_for(i)?;
         s.step += 1;
         ops::scale(&mut s.exp_avg, b1)?;
         ops::axpy(1.0 - b1, g, &mut s.exp_avg)?;
         ops::scale(&mut s.exp_avg_sq, b2)?;
         ops::addcmul(&mut s.exp_avg_sq, 1.0 - b2, g, g)?;
-        Ok(())
-    }
-
-    /// The step size `lr / (1 − β₁ᵗ)` and `√(1 − β₂ᵗ)` for parameter `i`.
-    fn corrections(&self, i: usize) -> (f32, f32) {
-        let (b1, b2) = self.options.betas;
-        let t = self.step_count(i) as i32;
+        let t = i32::try_from(s.step).unwrap_or(i32::MAX);
         let bc1 = 1.0 - (b1 as f64).powi(t);
         let bc2 = 1.0 - (b2 as f64).powi(t);
-        ((self.options.lr as f64 / bc1) as f32, bc2.sqrt() as f32)
+        Ok(((lr as f64 / bc1) as f32, bc2.sqrt() as f32))
     }
 
     /// AdamW's `p ← p·(1 − lr·wd)`.
@@ -480,93 +466,79 @@ impl<T: Float> Adam<T> {
         Ok(())
     }
 
-    /// `p ← p − step_size·m / denom`.
-    fn apply(&self, i: usize, denom: &Buffer<T>, step_size: f32) -> Result<()> {
+    /// The gradient Adam uses for parameter `i`: AdamW decays the weights instead; Adam with
+    /// weight decay makes `grad + wd·p` in a new block (`grad.add(param, alpha=weight_decay)`).
+    fn effective_grad(&self, i: usize, g: &Tensor<T>) -> Result<Buffer<T>> {
+        let o = self.options;
         let p = &self.params[i];
-        let s = self.state[i]
-            .as_ref()
-            .ok_or_else(|| invalid("Adam::step", &self.params, "internal: no state".into()))?;
+        if o.weight_decay == 0.0 {
+            share(g.data())
+        } else if self.decoupled {
+            self.decay_weights(p)?;
+            share(g.data())
+        } else {
+            decayed_grad(g.data(), p, o.weight_decay)
+        }
+    }
+
+    /// `p ← p − step_size·m / denom` for parameter `i`.
+    fn apply(&mut self, i: usize, denom: &Buffer<T>, step_size: f32) -> Result<()> {
+        let p = self.params[i].clone();
+        let s = self.state_for(i)?;
         let mut data = share(p.data())?;
         ops::addcdiv(&mut data, -step_size, &s.exp_avg, denom)?;
         p.data().bump_version();
         Ok(())
     }
 
-    fn exp_avg_sq(&self, i: usize) -> Result<&Buffer<T>> {
-        self.moments(i)
-            .map(|(_, v)| v)
-            .ok_or_else(|| invalid("Adam::step", &self.params, "internal: no state".into()))
+    /// `√v / √(1 − β₂ᵗ)` in a new block: the square root, then the quotient in a second block
+    /// (torch's `exp_avg_sq.sqrt() / bias_correction2_sqrt`), the root's block freed after.
+    fn denominator(&mut self, i: usize, bc2_sqrt: f32) -> Result<Buffer<T>> {
+        let root = ops::sqrt(&self.state_for(i)?.exp_avg_sq)?;
+        let mut quotient = root.try_clone()?;
+        ops::scale(&mut quotient, 1.0 / bc2_sqrt)?;
+        Ok(quotient)
     }
 
+    /// torch's `_single_tensor_adam`: one parameter at a time.
     fn step_for_loop(&mut self) -> Result<()> {
-        let o = self.options;
-        for i in 0..self.params.len() {
-            let p = self.params[i].clone();
-            let Some(g) = grad_of(&p) else { continue };
-            let decayed = if o.weight_decay == 0.0 {
-                None
-            } else if self.decoupled {
-                self.decay_weights(&p)?;
-                None
-            } else {
-                Some(decayed_grad(g.data(), &p, o.weight_decay)?)
-            };
-            self.update_moments(i, decayed.as_ref().unwrap_or(g.data()))?;
-            drop(decayed);
-            let (step_size, bc2_sqrt) = self.corrections(i);
-            // torch: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps): the square
-            // root, then the quotient in a second block, then the root's block is freed.
-            let root = ops::sqrt(self.exp_avg_sq(i)?)?;
-            let mut denom = root.try_clone()?;
-            ops::scale(&mut denom, 1.0 / bc2_sqrt)?;
-            drop(root);
-            ops::add_scalar(&mut denom, o.eps)?;
+        for (i, g) in with_grad(&self.params) {
+            let g = self.effective_grad(i, &g)?;
+            let (step_size, bc2_sqrt) = self.update_moments(i, &g)?;
+            drop(g);
+            let mut denom = self.denominator(i, bc2_sqrt)?;
+            ops::add_scalar(&mut denom, self.options.eps)?;
             self.apply(i, &denom, step_size)?;
         }
         Ok(())
     }
 
+    /// torch's `_multi_tensor_adam`: each operation over every parameter with a gradient.
     fn step_for_each(&mut self) -> Result<()> {
-        let o = self.options;
-        let with_grad: Vec<(usize, Tensor<T>)> = self
-            .params
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| grad_of(p).map(|g| (i, g)))
-            .collect();
-        // Weight decay: AdamW scales the weights in place; Adam makes a decayed copy of every
-        // gradient (`_foreach_add`), all alive until the moments are updated.
-        let mut grads: Vec<Buffer<T>> = Vec::with_capacity(with_grad.len());
+        let with_grad = with_grad(&self.params);
+        // The gradients as Adam uses them: with Adam's weight decay, a new list (`_foreach_add`).
+        let mut grads = Vec::with_capacity(with_grad.len());
         for (i, g) in &with_grad {
-            let p = &self.params[*i];
-            grads.push(if o.weight_decay == 0.0 {
-                share(g.data())?
-            } else if self.decoupled {
-                self.decay_weights(p)?;
-                share(g.data())?
-            } else {
-                decayed_grad(g.data(), p, o.weight_decay)?
-            });
+            grads.push(self.effective_grad(*i, g)?);
         }
+        let mut corrections = Vec::with_capacity(with_grad.len());
         for ((i, _), g) in with_grad.iter().zip(&grads) {
-            self.update_moments(*i, g)?;
+            corrections.push(self.update_moments(*i, g)?);
         }
         // torch: `del device_grads` before the denominators.
         drop(grads);
         // `exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)`: one new block per parameter, all alive
-        // until the last parameter is updated.
-        let mut denoms: Vec<Buffer<T>> = Vec::with_capacity(with_grad.len());
+        // until the last parameter is updated; then `_foreach_div_` and `_foreach_add_` in place.
+        let mut denoms = Vec::with_capacity(with_grad.len());
         for (i, _) in &with_grad {
-            denoms.push(ops::sqrt(self.exp_avg_sq(*i)?)?);
+            denoms.push(ops::sqrt(&self.state_for(*i)?.exp_avg_sq)?);
         }
-        for ((i, _), d) in with_grad.iter().zip(denoms.iter_mut()) {
-            let (_, bc2_sqrt) = self.corrections(*i);
+        for (d, (_, bc2_sqrt)) in denoms.iter_mut().zip(&corrections) {
             ops::scale(d, 1.0 / bc2_sqrt)?;
-            ops::add_scalar(d, o.eps)?;
+            ops::add_scalar(d, self.options.eps)?;
         }
-        for ((i, _), d) in with_grad.iter().zip(&denoms) {
-            let (step_size, _) = self.corrections(*i);
-            self.apply(*i, d, step_size)?;
+        for (((i, _), d), (step_size, _)) in with_grad.iter().zip(&denoms).zip(&corrections) {
+            self.apply(*i, d, *step_size)?;
         }
         Ok(())
     }
