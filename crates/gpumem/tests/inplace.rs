@@ -185,3 +185,16 @@ fn an_optimizer_step_between_forward_and_backward_is_caught() {
         "{e}"
     );
 }
+
+#[test]
+fn in_place_ops_refuse_other_shapes_and_leave_the_tensor_alone() {
+    let dev = device();
+    let x = Tensor::<f32>::from_f32(&dev, &[1.0, 2.0, 3.0], &[3]).unwrap();
+    let y = Tensor::<f32>::from_f32(&dev, &[1.0, 2.0], &[2]).unwrap();
+    let e = x.clone().add_(&y).unwrap_err().to_string();
+    assert!(e.contains("shapes [3] and [2] differ"), "{e}");
+    let e = x.clone().mul_(&y).unwrap_err().to_string();
+    assert!(e.contains("shapes [3] and [2] differ"), "{e}");
+    assert_eq!(x.version(), 0);
+    assert_eq!(x.to_f32_vec().unwrap(), vec![1.0, 2.0, 3.0]);
+}
