@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::transfer::Direction;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Element types a buffer can hold: plain data with no padding.
@@ -21,6 +22,9 @@ pub(crate) struct Storage {
     stream: RawStream,
     /// Other streams that used this memory (`record_stream`).
     uses: Mutex<Vec<Stream>>,
+    /// torch's version counter: bumped by every in-place write through a tensor, shared by every
+    /// handle on this memory (as torch shares it between a tensor, its views and `detach()`).
+    version: AtomicU64,
 }
 
 impl Drop for Storage {
@@ -68,6 +72,7 @@ impl Device {
             alloc,
             stream,
             uses: Mutex::new(Vec::new()),
+            version: AtomicU64::new(0),
         }))
     }
 
@@ -159,6 +164,16 @@ impl<T: Element> Buffer<T> {
     /// The stream the buffer was allocated on.
     pub fn stream_id(&self) -> StreamId {
         StreamId(self.storage.stream.0)
+    }
+
+    /// How many in-place writes the memory has had through autograd tensors (`tensor._version`).
+    pub fn version(&self) -> u64 {
+        self.storage.version.load(Ordering::Relaxed)
+    }
+
+    /// Counts one in-place write (what every in-place op does in torch).
+    pub(crate) fn bump_version(&self) {
+        self.storage.version.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether `self` and `other` share the same memory (as after `to` on the same device).
