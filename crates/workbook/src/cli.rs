@@ -270,6 +270,10 @@ pub struct GradeArgs {
     /// Keep the test executables of every graded chapter (about 20 MB each) under target/workbook.
     #[arg(long)]
     pub keep_builds: bool,
+    /// Run the tests without the bubblewrap sandbox (where it cannot run): the learners' code then
+    /// runs with your permissions and can forge its results. Only for code you trust.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 /// The `--memory-limit` of `check`, `watch` and `grade`: bytes, or no limit.
