@@ -46,6 +46,8 @@ pub enum Command {
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit
     /// XML, CSV, and a feedback report per student.
     Grade(GradeArgs),
+    /// Package the grader for a hosted autograder (`export gradescope --out autograder.zip`).
+    Export(ExportArgs),
     /// Draw a gpumem snapshot as SVG: memory over time, and each segment with its blocks.
     Viz(VizArgs),
     /// Make the book's pictures from each chapter's walkthrough, or check they are up to date.
@@ -340,4 +342,31 @@ pub struct PicturesArgs {
     /// Write nothing; exit with 1 when a committed picture differs from what the code makes.
     #[arg(long)]
     pub check: bool,
+}
+
+/// `workbook export`: the grader, packaged for a hosted autograder.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// What to package it for.
+    #[command(subcommand)]
+    pub target: ExportTarget,
+}
+
+/// The autograders `workbook export` packages for.
+#[derive(Debug, Subcommand)]
+pub enum ExportTarget {
+    /// Gradescope's zip: setup.sh (Rust, bubblewrap, the tests built once), run_autograder (grades
+    /// /autograder/submission into /autograder/results/results.json), the workspace.
+    Gradescope(ExportGradescopeArgs),
+}
+
+/// `workbook export gradescope`.
+#[derive(Debug, Args)]
+pub struct ExportGradescopeArgs {
+    /// Where to write the zip.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Hidden tests to grade with too: FOLDER/<chapter>/*.rs and points.toml, as for `grade`.
+    #[arg(long, value_name = "FOLDER")]
+    pub hidden_tests: Option<PathBuf>,
 }

@@ -13,6 +13,7 @@
 //! Nothing a submission does can stop the batch: a refused archive, a compile error, a crash or a
 //! hang costs that student the points concerned, with the reason in their report.
 
+pub mod export;
 pub mod hidden;
 pub mod report;
 pub mod sandbox;
