@@ -375,6 +375,7 @@ fn every_submission_gets_exactly_its_score() {
         ("abort", 0, 28),
         ("absolute-path", 0, 0),
         ("compile-error", 0, 0),
+        ("compile-time-include", 0, 0),
         ("deadlock", 0, 27),
         ("deleted-tests", 0, CH02_MAX),
         ("device-memory-hog", 0, 28),

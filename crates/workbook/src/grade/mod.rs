@@ -785,6 +785,24 @@ fn test_chapter(
     slug: &str,
     on_test: &(dyn Fn() + Sync),
 ) -> Result<ChapterResult> {
+    let reads = submission::compile_time_reads(&submitted.src);
+    if !reads.is_empty() {
+        let why = format!(
+            "the chapter was not compiled: {} (grading compiles no code that reads files while \
+             it compiles)",
+            reads[0]
+        );
+        let mut result = ChapterResult::without_tests(
+            spec,
+            ChapterState::DoesNotCompile(reads.clone()),
+            Status::NotCompiled,
+            &why,
+        );
+        for test in &mut result.tests {
+            test.output = reads.join("\n");
+        }
+        return Ok(result);
+    }
     let workspace = ctx
         .grade_dir
         .join("submissions")
