@@ -387,9 +387,9 @@ pub fn compile_time_reads(src: &Path) -> Vec<String> {
         for (number, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
             let words = code.split(|c: char| !(c.is_alphanumeric() || c == '_'));
-            let macro_name = words
-                .filter(|w| matches!(*w, "include" | "include_str" | "include_bytes"))
-                .last();
+            let mut words = words;
+            let macro_name =
+                words.find(|w| matches!(*w, "include" | "include_str" | "include_bytes"));
             let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
             let path_attr = ["#[path", "#![path", ",path=", "(path="]
                 .iter()
