@@ -369,4 +369,8 @@ pub struct ExportGradescopeArgs {
     /// Hidden tests to grade with too: FOLDER/<chapter>/*.rs and points.toml, as for `grade`.
     #[arg(long, value_name = "FOLDER")]
     pub hidden_tests: Option<PathBuf>,
+    /// run_autograder grades with `grade --no-sandbox` (where the sandbox cannot run): each
+    /// submission is then isolated only by Gradescope's container, and can forge its results.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }

@@ -55,6 +55,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     cli.root.as_deref(),
                     &args.out,
                     args.hidden_tests.as_deref(),
+                    args.no_sandbox,
                 )?;
                 Ok(ExitCode::SUCCESS)
             }

@@ -36,7 +36,8 @@ cargo build --release --locked -p workbook
   --format json >/dev/null
 "#;
 
-/// `run_autograder`: run by Gradescope for every submission.
+/// `run_autograder`: run by Gradescope for every submission (`@NO_SANDBOX@` becomes
+/// `--no-sandbox ` when exported so, else nothing).
 pub const RUN_AUTOGRADER: &str = r#"#!/usr/bin/env bash
 # Gradescope runs this for every submission: it grades /autograder/submission with the official
 # tests (and the hidden ones in hidden-tests/), every test in a bubblewrap sandbox, into
@@ -51,7 +52,7 @@ hidden=()
 if [ -d "$SOURCE/hidden-tests" ]; then
   hidden=(--hidden-tests "$SOURCE/hidden-tests")
 fi
-"$WORKBOOK" --root "$SOURCE" grade "$AUTOGRADER/submission" "${hidden[@]}" \
+"$WORKBOOK" --root "$SOURCE" grade "$AUTOGRADER/submission" "${hidden[@]}" @NO_SANDBOX@\
   --jobs "$(nproc)" --gradescope "$AUTOGRADER/results/results.json"
 "#;
 
@@ -68,8 +69,14 @@ const CARRIED: &[&str] = &[
 const SKIPPED_DIRS: &[&str] = &["target", ".workbook", ".git"];
 
 /// Writes the Gradescope autograder zip to `out`, with the hidden tests of `hidden_tests` (checked
-/// as `grade --hidden-tests` checks them). Returns how many files it holds.
-pub fn gradescope(repo: &Repo, out: &Path, hidden_tests: Option<&Path>) -> Result<usize> {
+/// as `grade --hidden-tests` checks them); `no_sandbox`: `run_autograder` grades with
+/// `--no-sandbox`. Returns how many files it holds.
+pub fn gradescope(
+    repo: &Repo,
+    out: &Path,
+    hidden_tests: Option<&Path>,
+    no_sandbox: bool,
+) -> Result<usize> {
     let chapters = repo
         .chapter_names()?
         .iter()
@@ -98,7 +105,11 @@ pub fn gradescope(repo: &Repo, out: &Path, hidden_tests: Option<&Path>) -> Resul
     let mut zip = zip::ZipWriter::new(file);
     let plain = zip::write::SimpleFileOptions::default().unix_permissions(0o644);
     let program = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
-    for (name, text) in [("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)] {
+    let run = RUN_AUTOGRADER.replace(
+        "@NO_SANDBOX@",
+        if no_sandbox { "--no-sandbox " } else { "" },
+    );
+    for (name, text) in [("setup.sh", SETUP_SH), ("run_autograder", run.as_str())] {
         zip.start_file(name, program)?;
         zip.write_all(text.as_bytes())?;
     }
@@ -142,9 +153,17 @@ fn collect(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf)>) -> Result
 }
 
 /// `workbook export gradescope`: writes the package and says what to do with it.
-pub fn command(root: Option<&Path>, out: &Path, hidden_tests: Option<&Path>) -> Result<()> {
+pub fn command(
+    root: Option<&Path>,
+    out: &Path,
+    hidden_tests: Option<&Path>,
+    no_sandbox: bool,
+) -> Result<()> {
     let repo = Repo::from_option(root)?;
-    let n = gradescope(&repo, out, hidden_tests)?;
+    let n = gradescope(&repo, out, hidden_tests, no_sandbox)?;
+    if no_sandbox {
+        eprintln!("export: --no-sandbox: {}", super::NO_SANDBOX_RISK);
+    }
     println!(
         "{}: the Gradescope autograder ({n} files{}). Upload it as a zip file autograder \
          (Ubuntu base image); setup.sh installs Rust and bubblewrap and builds the tests once, \
