@@ -211,10 +211,25 @@ pub struct TestCase {
 
 /// The tests of every executable, in the order `<exe> --list --format terse` gives them.
 pub fn list_tests(binaries: &[TestBinary]) -> Result<Vec<TestCase>> {
+    list_tests_in(binaries, None)
+}
+
+/// [`list_tests`], each executable run in `sandbox` when given (grading: the executables hold the
+/// learner's code).
+pub fn list_tests_in(binaries: &[TestBinary], sandbox: Option<&Sandbox>) -> Result<Vec<TestCase>> {
     let mut cases = Vec::new();
     for bin in binaries {
-        let output = Command::new(&bin.path)
-            .args(["--list", "--format", "terse"])
+        let args = ["--list", "--format", "terse"];
+        // Kept alive until the listing ends: it holds what the sandbox is given.
+        let mut prepared = sandbox
+            .map(|sandbox| sandbox.command(&bin.path, &args, None, &[]))
+            .transpose()?;
+        let mut plain = Command::new(&bin.path);
+        let cmd = match &mut prepared {
+            Some(prepared) => &mut prepared.command,
+            None => plain.args(args),
+        };
+        let output = cmd
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("listing the tests of {}", bin.path.display()))?;

@@ -1094,15 +1094,8 @@ fn no_process_of_a_submission_outlives_the_run() {
         processes_with("WORKBOOK_CORPUS_LINGER=workbook-corpus-linger"),
         Vec::<String>::new()
     );
+    // Had the grader waited for the end of stdout, the tests would have timed out.
     assert_eq!(chapter(student("outlive-grader"), CH02).score(), CH02_MAX);
-    for test in &chapter(student("outlive-grader"), CH02).tests {
-        assert!(
-            test.duration < Duration::from_secs(5),
-            "{}: {:?}",
-            test.test.name,
-            test.duration
-        );
-    }
 }
 
 #[test]

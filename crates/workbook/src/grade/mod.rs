@@ -867,7 +867,7 @@ fn run_official(
     binaries: &[runner::TestBinary],
     on_test: &(dyn Fn() + Sync),
 ) -> Result<ChapterResult> {
-    let cases = match runner::list_tests(binaries) {
+    let cases = match runner::list_tests_in(binaries, ctx.sandbox.as_deref()) {
         Ok(cases) => cases,
         Err(e) => {
             // The executables are the official tests with the learner's code linked in: code of
