@@ -16,6 +16,10 @@
 pub mod export;
 pub mod hidden;
 pub mod report;
+#[cfg(target_os = "linux")]
+pub mod sandbox;
+#[cfg(not(target_os = "linux"))]
+#[path = "sandbox_other.rs"]
 pub mod sandbox;
 pub mod submission;
 
