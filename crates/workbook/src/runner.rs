@@ -516,14 +516,16 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
         })
         .collect();
     let mut prepared = sandbox.command(&case.binary, &args, options.memory_limit, &env)?;
-    let mut cmd = std::mem::replace(&mut prepared.command, Command::new("/"));
-    cmd.stdin(Stdio::null())
+    prepared
+        .command
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    die_with_parent(&mut cmd);
+    die_with_parent(&mut prepared.command);
     let start = Instant::now();
-    let mut child = cmd
+    let mut child = prepared
+        .command
         .spawn()
         .with_context(|| format!("starting {} for {}", sandbox.bwrap().display(), case.name))?;
     prepared.spawned();
