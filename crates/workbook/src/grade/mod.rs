@@ -47,7 +47,7 @@ pub const OUTPUT_LIMIT: usize = 6 * 1024;
 pub const NO_SANDBOX_RISK: &str = "then the learners' code runs with your permissions: it can \
     forge its tests' results, read and change the other submissions, the hidden tests and the \
     grader's outputs, use the network, and leave processes running after grading ends. Use it \
-    only for code you trust, or inside a throw-away container";
+    only for code you trust, or inside a throw-away container.";
 
 /// The default time limit of one submitted chapter's build.
 pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(300);
