@@ -46,6 +46,8 @@ pub enum Command {
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit
     /// XML, CSV, and a feedback report per student.
     Grade(GradeArgs),
+    /// Package the grader for a hosted autograder (`export gradescope --out autograder.zip`).
+    Export(ExportArgs),
     /// Draw a gpumem snapshot as SVG: memory over time, and each segment with its blocks.
     Viz(VizArgs),
     /// Make the book's pictures from each chapter's walkthrough, or check they are up to date.
@@ -278,6 +280,10 @@ pub struct GradeArgs {
     /// Keep the test executables of every graded chapter (about 20 MB each) under target/workbook.
     #[arg(long)]
     pub keep_builds: bool,
+    /// Run the tests without the bubblewrap sandbox (where it cannot run): the learners' code then
+    /// runs with your permissions and can forge its results. Only for code you trust.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 /// The `--memory-limit` of `check`, `watch` and `grade`: bytes, or no limit.
@@ -344,4 +350,35 @@ pub struct PicturesArgs {
     /// Write nothing; exit with 1 when a committed picture differs from what the code makes.
     #[arg(long)]
     pub check: bool,
+}
+
+/// `workbook export`: the grader, packaged for a hosted autograder.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// What to package it for.
+    #[command(subcommand)]
+    pub target: ExportTarget,
+}
+
+/// The autograders `workbook export` packages for.
+#[derive(Debug, Subcommand)]
+pub enum ExportTarget {
+    /// Gradescope's zip: setup.sh (Rust, bubblewrap, the tests built once), run_autograder (grades
+    /// /autograder/submission into /autograder/results/results.json), the workspace.
+    Gradescope(ExportGradescopeArgs),
+}
+
+/// `workbook export gradescope`.
+#[derive(Debug, Args)]
+pub struct ExportGradescopeArgs {
+    /// Where to write the zip.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Hidden tests to grade with too: FOLDER/<chapter>/*.rs and points.toml, as for `grade`.
+    #[arg(long, value_name = "FOLDER")]
+    pub hidden_tests: Option<PathBuf>,
+    /// run_autograder grades with `grade --no-sandbox` (where the sandbox cannot run): each
+    /// submission is then isolated only by Gradescope's container, and can forge its results.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }

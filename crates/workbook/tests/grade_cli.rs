@@ -250,3 +250,42 @@ fn grading_nothing_or_a_missing_path_is_an_error() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn without_a_working_sandbox_grading_refuses_unless_told_no_sandbox() {
+    let root = repo_root();
+    let solution = root.join("solutions");
+    let grade = |extra: &[&str]| {
+        let mut cmd = common::workbook();
+        cmd.arg("--root")
+            .arg(&root)
+            .arg("grade")
+            .arg(&solution)
+            .args(["--chapter", "ch01"])
+            .args(extra)
+            .env("WORKBOOK_BWRAP", "/nonexistent/bwrap");
+        common::run(&mut cmd)
+    };
+    let (output, stdout, stderr) = grade(&[]);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("grading runs every test in a sandbox, and it cannot run here"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("apt-get install bubblewrap"), "{stderr}");
+    assert!(
+        stderr.contains("--no-sandbox: then the learners' code runs with your permissions"),
+        "{stderr}"
+    );
+
+    let (output, stdout, stderr) = grade(&["--no-sandbox"]);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("grade: --no-sandbox: then the learners' code runs with your permissions"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("solutions: 21/21: every test passed"),
+        "{stdout}"
+    );
+}

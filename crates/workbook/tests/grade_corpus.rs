@@ -375,6 +375,7 @@ fn every_submission_gets_exactly_its_score() {
         ("abort", 0, 28),
         ("absolute-path", 0, 0),
         ("compile-error", 0, 0),
+        ("compile-time-include", 0, 0),
         ("deadlock", 0, 27),
         ("deleted-tests", 0, CH02_MAX),
         ("device-memory-hog", 0, 28),
@@ -382,19 +383,27 @@ fn every_submission_gets_exactly_its_score() {
         ("empty", 0, 0),
         ("exit-zero", 0, 27),
         ("fake-result", 0, 24),
+        ("forge-pass-records", 0, 0),
+        ("forge-when-graded", 0, 0),
         ("hardlink-out", 0, 0),
         ("host-memory-hog", 0, 27),
         ("huge-output", 0, 27),
         ("infinite-loop", 0, 28),
         ("inside-link", CH01_MAX, 0),
+        ("kill-grader", 0, CH02_MAX),
         ("link-out", 0, 0),
         ("linked-solution", 0, 0),
         ("memory-leak", 0, 26),
         ("only-ch01", CH01_MAX, 0),
+        ("outlive-grader", 0, CH02_MAX),
         ("panics", 0, 24),
         ("perfect", CH01_MAX, CH02_MAX),
+        ("read-hidden-tests", 0, CH02_MAX),
+        ("shared-memory-hog", 0, 27),
         ("stack-overflow", 0, 27),
+        ("tamper-official-tests", 0, CH02_MAX),
         ("tarball", 0, CH02_MAX),
+        ("untouched-stubs", 0, 0),
         ("zip-bomb", 0, 0),
         ("zip-slip", 0, 0),
     ];
@@ -1028,4 +1037,101 @@ fn feedback_says_what_failed_why_and_which_hint_to_read() {
         .split_whitespace()
         .collect();
     assert_eq!(row, ["compile-error", "-", "0", "C", "0", "0%"]);
+}
+
+/// Every test of ch02, failed.
+fn all_of_ch02_failed(name: &str) -> bool {
+    let c = chapter(student(name), CH02);
+    c.tests.len() == 21 && c.tests.iter().all(|t| t.status == Status::Failed)
+}
+
+#[test]
+fn forged_pass_records_score_nothing() {
+    // The harness's log has no name once the harness opened it, and there is no /proc: nothing is
+    // written, and the exit with status 0 is a failure.
+    assert!(all_of_ch02_failed("forge-pass-records"));
+    let why = message(
+        student("forge-pass-records"),
+        CH02,
+        "upload_makes_exactly_one_host_to_device_copy",
+    );
+    assert!(
+        why.contains("exited with status 0 before the test harness reported"),
+        "{why}"
+    );
+    // Through a child process and /proc: there is neither a shell nor /proc in the sandbox.
+    assert!(all_of_ch02_failed("forge-when-graded"));
+    assert_eq!(
+        message(
+            student("forge-when-graded"),
+            CH02,
+            "upload_makes_exactly_one_host_to_device_copy"
+        ),
+        "not yet implemented: upload"
+    );
+    assert!(all_of_ch02_failed("untouched-stubs"));
+}
+
+/// Processes whose environment holds `marker` (every process this user may read).
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && String::from_utf8_lossy(&env).contains(marker)
+        {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn no_process_of_a_submission_outlives_the_run() {
+    // outlive-grader started copies of its test process, each in a process group of its own,
+    // looping for ever and holding stdout: the run neither stalled nor left them behind.
+    let _ = &RUN.report;
+    assert_eq!(
+        processes_with("WORKBOOK_CORPUS_LINGER=workbook-corpus-linger"),
+        Vec::<String>::new()
+    );
+    // Had the grader waited for the end of stdout, the tests would have timed out.
+    assert_eq!(chapter(student("outlive-grader"), CH02).score(), CH02_MAX);
+}
+
+#[test]
+fn shared_memory_counts_against_the_memory_limit() {
+    let independent = [
+        "independent_copy_does_not_share_memory",
+        "independent_copy_makes_one_device_to_device_copy_and_one_new_block",
+        "independent_copy_survives_overwriting_the_original",
+    ];
+    assert_eq!(
+        failures("shared-memory-hog", CH02),
+        expect(&independent.map(|t| (t, Status::Failed)))
+    );
+    let why = message(student("shared-memory-hog"), CH02, independent[0]);
+    assert!(
+        why.contains("shared memory beyond the limit") && why.contains("No space left on device"),
+        "{why}"
+    );
+}
+
+#[test]
+fn no_report_holds_the_hidden_tests_sources() {
+    // A line of tests/submissions/hidden/ch02-transfers/leaks.rs that no test prints.
+    let hidden = "used by `tests/grade_corpus.rs`";
+    let mut texts = vec![
+        report::gradescope_all(&RUN.report).to_string(),
+        report::junit(&RUN.report),
+    ];
+    for s in &RUN.report.students {
+        texts.push(report::feedback(&RUN.report, s));
+    }
+    for text in texts {
+        assert!(!text.contains(hidden));
+    }
+    assert_eq!(
+        chapter(student("read-hidden-tests"), CH02).score(),
+        CH02_MAX
+    );
 }
