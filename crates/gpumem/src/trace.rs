@@ -235,8 +235,10 @@ impl AllocTrace {
     /// Turns history entries into a trace: allocs get ids in order, frees are matched to them by
     /// address, streams are numbered 0 (the default stream), 1, 2… in order of appearance.
     ///
-    /// Frees of blocks allocated before recording began are left out (they cannot be replayed);
-    /// segment and OOM entries are the allocator's own doing and are left out too. Sizes are the
+    /// A free is the program's `free_requested` (its `free_completed`, later when other streams
+    /// still used the block, is the allocator's doing). Frees of blocks allocated before recording
+    /// began are left out (they cannot be replayed); segment, snapshot and OOM entries are the
+    /// allocator's own doing and are left out too. Sizes are the
     /// entries' sizes: the history records block sizes, so a request's rounding is already in them.
     pub fn from_entries(entries: &[TraceEntry], description: impl Into<String>) -> AllocTrace {
         let mut trace = AllocTrace::new(description);
@@ -261,12 +263,14 @@ impl AllocTrace {
                     live.insert(entry.addr, next_id);
                     next_id += 1;
                 }
-                TraceAction::Free => {
+                TraceAction::FreeRequested => {
                     if let Some(id) = live.remove(&entry.addr) {
                         trace.events.push(TraceEvent::Free { id });
                     }
                 }
-                TraceAction::SegmentAlloc
+                TraceAction::FreeCompleted
+                | TraceAction::Snapshot
+                | TraceAction::SegmentAlloc
                 | TraceAction::SegmentFree
                 | TraceAction::SegmentMap
                 | TraceAction::SegmentUnmap
@@ -844,15 +848,16 @@ mod tests {
             stream,
             allocated: 0,
             reserved: 0,
+            time_us: 0,
         };
         let entries = [
-            entry(TraceAction::Free, 0x900, 512, 0), // allocated before recording began
+            entry(TraceAction::FreeRequested, 0x900, 512, 0), // allocated before recording began
             entry(TraceAction::SegmentAlloc, 0x1000, 2 << 20, 0),
             entry(TraceAction::Alloc, 0x1000, 512, 0),
             entry(TraceAction::Alloc, 0x1200, 1024, 77),
-            entry(TraceAction::Free, 0x1000, 512, 0),
+            entry(TraceAction::FreeRequested, 0x1000, 512, 0),
             entry(TraceAction::Alloc, 0x1000, 512, 0), // the same address, a new block
-            entry(TraceAction::Free, 0x1200, 1024, 77),
+            entry(TraceAction::FreeRequested, 0x1200, 1024, 77),
         ];
         let trace = AllocTrace::from_entries(&entries, "test");
         use TraceEvent::{Alloc, Free};

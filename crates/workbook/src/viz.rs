@@ -142,9 +142,11 @@ fn totals(snapshot: &Snapshot) -> Vec<(u64, u64)> {
         TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
             (first.allocated, first.reserved + first.size)
         }
-        TraceAction::Alloc | TraceAction::Free | TraceAction::Oom => {
-            (first.allocated, first.reserved)
-        }
+        TraceAction::Alloc
+        | TraceAction::FreeRequested
+        | TraceAction::FreeCompleted
+        | TraceAction::Snapshot
+        | TraceAction::Oom => (first.allocated, first.reserved),
     };
     std::iter::once(before)
         .chain(snapshot.trace.iter().map(|e| (e.allocated, e.reserved)))
@@ -807,6 +809,7 @@ mod tests {
             stream: 0,
             allocated,
             reserved,
+            time_us: 0,
         }
     }
 
@@ -843,7 +846,7 @@ mod tests {
         let a = 0x7f00_0000_0000u64;
         let b = 0x7e00_0000_0000u64;
         use BlockState::*;
-        use TraceAction::*;
+        use TraceAction::{Alloc, FreeRequested, Oom, SegmentAlloc};
         Snapshot {
             device: "cpu".to_string(),
             segments: vec![
@@ -878,13 +881,14 @@ mod tests {
                 entry(Alloc, a + 4 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
                 entry(Alloc, a + 8 * MIB, 4 * MIB, 12 * MIB, 20 * MIB),
                 entry(Alloc, a + 12 * MIB, 4 * MIB, 16 * MIB, 20 * MIB),
-                entry(Free, a, 4 * MIB, 12 * MIB, 20 * MIB),
-                entry(Free, a + 8 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
+                entry(FreeRequested, a, 4 * MIB, 12 * MIB, 20 * MIB),
+                entry(FreeRequested, a + 8 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
                 entry(Oom, 0, 20 * MIB, 8 * MIB, 20 * MIB),
                 entry(SegmentAlloc, b, 20 * MIB, 8 * MIB, 40 * MIB),
                 entry(Alloc, b, 6 * MIB, 14 * MIB, 40 * MIB),
                 entry(SegmentAlloc, a + (1 << 32), 2 * MIB, 14 * MIB, 42 * MIB),
             ],
+            allocator_settings: Default::default(),
         }
     }
 
@@ -1024,6 +1028,7 @@ mod tests {
             device: "cuda:0 <&>".to_string(),
             segments: Vec::new(),
             trace: Vec::new(),
+            allocator_settings: Default::default(),
         };
         let svg = render(&s, View::Both);
         assert!(svg.contains("No events recorded: call dev.record_memory_history(true)"));
