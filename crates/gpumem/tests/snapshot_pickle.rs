@@ -216,3 +216,269 @@ fn dump_snapshot_names_the_file_it_cannot_write() {
         "{e}"
     );
 }
+
+// ---- reading snapshot pickles ----
+
+use gpumem::snapshot_pickle::{
+    SnapshotPickleError, load_snapshot, read_alloc_traces, read_snapshot,
+};
+use gpumem::trace::replay;
+
+/// A workload with splits, reuse, two streams and frees: its recorded history is the fixture.
+fn workload(a: &CachingAllocator<CpuBackend>) -> Result<()> {
+    let mut live = Vec::new();
+    for i in 0..40usize {
+        let size = [512, 3000, 700 << 10, 3 * MIB, 13 * MIB][i % 5] + i * 100;
+        let stream = StreamId((i % 3 == 0) as u64 * 7);
+        live.push(a.malloc(size, stream)?);
+        if i % 4 == 3 {
+            a.free(live.remove(i % live.len()), Vec::new());
+            a.free(live.remove(0), Vec::new());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_gpumem_pickle_reads_back_entry_for_entry() -> Result<()> {
+    let a = CachingAllocator::new(CpuBackend::new(1 << 30), "cpu", AllocatorConfig::default());
+    a.record_history(true);
+    workload(&a)?;
+    let snapshot = a.snapshot();
+    let mut bytes = Vec::new();
+    gpumem::snapshot_pickle::write_snapshot(&snapshot, &mut bytes)?;
+    let mut read = Vec::new();
+    let contents = read_snapshot(bytes.as_slice(), |device, e| read.push((device, e)))?;
+    assert_eq!(contents.devices, 1);
+    assert_eq!(contents.entries, vec![snapshot.trace.len()]);
+    let key = |e: &gpumem::TraceEntry| (e.action, e.addr, e.size, e.stream, e.time_us);
+    assert_eq!(
+        read.iter().map(|(_, e)| key(e)).collect::<Vec<_>>(),
+        snapshot.trace.iter().map(key).collect::<Vec<_>>()
+    );
+    assert!(read.iter().all(|(d, _)| *d == 0));
+    let segments: Vec<_> = contents.segments.into_iter().map(|(_, s)| s).collect();
+    assert_eq!(segments, snapshot.segments);
+    assert_eq!(contents.alloc_conf.as_deref(), Some(""));
+    Ok(())
+}
+
+/// Turns gpumem's JSON snapshot into torch's dict and pickles it with Python's own pickler
+/// (protocol given), the way `_dump_snapshot` does: repeated frames shared between entries (the
+/// pickler writes them once and refers back), strings memoised, stream handles as large ints, a
+/// `user_defined` annotation gpumem does not model, and an empty device list before the real one.
+const TORCH_FIXTURE: &str = r#"
+import json, pickle, sys
+src = json.load(open(sys.argv[1]))
+frames = [{'filename': 'train.py', 'line': 12, 'name': 'forward'},
+          {'filename': 'torch/nn/modules/linear.py', 'line': 125, 'name': 'forward'}]
+def stream(s):
+    return 0 if s == 0 else 94000000000000 + s
+entries = [{'action': 'user_defined', 'addr': 0, 'size': 0, 'stream': 0, 'time_us': 1,
+            'frames': frames, 'user_metadata': 'step 0'}]
+for e in src['trace']:
+    d = {'action': e['action'], 'size': e['size'], 'stream': stream(e['stream']),
+         'time_us': e['time_us'], 'frames': frames, 'compile_context': 'N/A',
+         'user_metadata': ''}
+    d['device_free' if e['action'] == 'oom' else 'addr'] = e['addr']
+    entries.append(d)
+segments = []
+for s in src['segments']:
+    blocks = [{'address': b['address'], 'size': b['size'],
+               'requested_size': b['requested_size'], 'state': b['state'], 'frames': frames}
+              for b in s['blocks']]
+    segments.append({'device': 1, 'address': s['address'], 'total_size': s['total_size'],
+                     'allocated_size': s['allocated_size'], 'active_size': s['active_size'],
+                     'requested_size': sum(b['requested_size'] for b in s['blocks']),
+                     'stream': stream(s['stream']), 'segment_type': s['segment_type'],
+                     'segment_pool_id': (0, 0), 'is_expandable': s['is_expandable'],
+                     'frames': frames, 'blocks': blocks})
+snap = {'segments': segments, 'device_traces': [[], entries],
+        'allocator_settings': {'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:False',
+                               'max_split_size': -1, 'garbage_collection_threshold': 0.0,
+                               'expandable_segments': False,
+                               'roundup_power2_divisions': {'1': 0, '2': 0}},
+        'external_annotations': []}
+with open(sys.argv[2], 'wb') as f:
+    pickle.dump(snap, f, protocol=int(sys.argv[3]))
+"#;
+
+fn torch_fixture(dir: &Path, snapshot: &Snapshot, protocol: u8) -> Result<std::path::PathBuf> {
+    let json = dir.join("gpumem.json");
+    std::fs::write(&json, snapshot.to_json())?;
+    let path = dir.join(format!("torch-p{protocol}.pickle"));
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(TORCH_FIXTURE)
+        .arg(&json)
+        .arg(&path)
+        .arg(protocol.to_string())
+        .output()
+        .context("running python3")?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(path)
+}
+
+#[test]
+fn a_torch_schema_pickle_written_by_python_replays_with_the_same_peaks() -> Result<()> {
+    let a = CachingAllocator::new(CpuBackend::new(1 << 30), "cpu", AllocatorConfig::default());
+    a.record_history(true);
+    workload(&a)?;
+    let stats = a.device_stats();
+    let snapshot = a.snapshot();
+    let dir = tempfile::tempdir()?;
+    for protocol in [2, 4, 5] {
+        let path = torch_fixture(dir.path(), &snapshot, protocol)?;
+        let traces = read_alloc_traces(&path)?;
+        assert_eq!(traces.len(), 1, "protocol {protocol}");
+        let (device, trace) = &traces[0];
+        assert_eq!(*device, 1);
+        let fresh =
+            CachingAllocator::new(CpuBackend::new(1 << 30), "cpu", AllocatorConfig::default());
+        let replayed = replay(&fresh, trace)?;
+        assert_eq!(replayed.peak_allocated, stats.allocated_bytes.all.peak);
+        assert_eq!(replayed.peak_reserved, stats.reserved_bytes.all.peak);
+        assert_eq!(replayed.peak_requested, stats.requested_bytes.all.peak);
+        assert_eq!(replayed.summary.allocs, 40);
+
+        let drawn = load_snapshot(&path)?;
+        assert_eq!(drawn.segments, {
+            // torch's stream handles are kept as they are.
+            let mut s = snapshot.segments.clone();
+            s.iter_mut()
+                .filter(|s| s.stream != 0)
+                .for_each(|s| s.stream += 94000000000000);
+            s
+        });
+        assert_eq!(
+            drawn.trace.len(),
+            snapshot.trace.len(),
+            "user_defined left out"
+        );
+        let last = drawn.trace.last().unwrap();
+        assert_eq!(last.reserved, stats.reserved_bytes.all.current);
+        let max_reserved = drawn.trace.iter().map(|e| e.reserved).max().unwrap();
+        assert_eq!(max_reserved, stats.reserved_bytes.all.peak);
+    }
+    Ok(())
+}
+
+fn read_error(bytes: &[u8]) -> SnapshotPickleError {
+    read_snapshot(bytes, |_, _| {}).expect_err("the pickle should be rejected")
+}
+
+fn python_pickle(expr: &str) -> Result<Vec<u8>> {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import pickle,sys; sys.stdout.buffer.write(pickle.dumps({expr}, protocol=4))"
+        ))
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stdout)
+}
+
+#[test]
+fn bad_pickles_get_an_error_naming_the_problem() -> Result<()> {
+    let e = read_error(b"");
+    assert_eq!(
+        e.to_string(),
+        "not a readable pickle at byte 0: the file is empty"
+    );
+    let e = read_error(br#"{"segments": []}"#);
+    assert!(
+        e.to_string()
+            .starts_with("not a readable pickle at byte 0: it starts with byte 0x7b"),
+        "{e}"
+    );
+    let e = read_error(&[0x80, 1, b'.']);
+    assert!(e.to_string().contains("pickle protocol 1"), "{e}");
+    // An opcode no snapshot has (GLOBAL: a pickle that would import code).
+    let e = read_error(b"\x80\x04cos\nsystem\n.");
+    assert!(e.to_string().contains("opcode 0x63 ('c')"), "{e}");
+    // A string that claims 2^40 bytes.
+    let mut huge = vec![0x80, 4, 0x8d];
+    huge.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    let e = read_error(&huge);
+    assert_eq!(
+        e.to_string(),
+        "not a readable pickle at byte 11: a string of 1099511627776 bytes is larger than any \
+         snapshot field (67108864 bytes at most): the file is corrupt"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_truncated_snapshot_says_where_it_ends() -> Result<()> {
+    let a = CachingAllocator::new(CpuBackend::new(1 << 30), "cpu", AllocatorConfig::default());
+    a.record_history(true);
+    workload(&a)?;
+    let mut bytes = Vec::new();
+    gpumem::snapshot_pickle::write_snapshot(&a.snapshot(), &mut bytes)?;
+    let cut = bytes.len() / 2;
+    let e = read_error(&bytes[..cut]);
+    assert_eq!(
+        e.to_string(),
+        format!("truncated pickle: the file ends at byte {cut} before the pickle's STOP")
+    );
+    Ok(())
+}
+
+#[test]
+fn a_pickle_of_another_shape_is_not_a_snapshot() -> Result<()> {
+    let e = read_error(&python_pickle("[1, 2]")?);
+    assert_eq!(
+        e.to_string(),
+        "not a PyTorch memory snapshot: the pickle holds a list, not a dict"
+    );
+    // torch.cuda.memory_snapshot() (segments only) or a torch 1.x snapshot: no trace.
+    let e = read_error(&python_pickle("{'segments': []}")?);
+    assert!(
+        e.to_string()
+            .starts_with("not a PyTorch memory snapshot: no 'device_traces' (torch 2.0"),
+        "{e}"
+    );
+    let e = read_error(&python_pickle(
+        "{'segments': [], 'device_traces': [[{'action': 'alloc', 'addr': 1, 'size': -5}]]}",
+    )?);
+    assert_eq!(
+        e.to_string(),
+        "not a PyTorch memory snapshot: device_traces[0][0]: 'size' is -5, not a byte count or \
+         address"
+    );
+    let e = read_error(&python_pickle(
+        "{'segments': [], 'device_traces': [[{'action': 'alloc', 'size': 5}]]}",
+    )?);
+    assert_eq!(
+        e.to_string(),
+        "not a PyTorch memory snapshot: device_traces[0][0]: no 'addr'"
+    );
+    let e = read_error(&python_pickle(
+        "{'segments': [{'device': 0}], 'device_traces': []}",
+    )?);
+    assert_eq!(
+        e.to_string(),
+        "not a PyTorch memory snapshot: segments[0]: no 'address'"
+    );
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("no-history.pickle");
+    std::fs::write(
+        &path,
+        python_pickle("{'segments': [], 'device_traces': [[]]}")?,
+    )?;
+    let e = read_alloc_traces(&path).expect_err("nothing to replay");
+    assert!(
+        e.to_string()
+            .contains("was torch.cuda.memory._record_memory_history() called"),
+        "{e}"
+    );
+    Ok(())
+}
