@@ -34,8 +34,14 @@ pub fn run(args: &crate::cli::VizArgs) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// Reads a snapshot written by `Snapshot::to_json`, with errors that name the file.
+/// Reads a snapshot written by `Snapshot::to_json`, or a snapshot pickle (gpumem's
+/// `dump_snapshot` or PyTorch's `_dump_snapshot`, read as a stream: the drawn device's entries are
+/// held, 56 bytes each), with errors that name the file.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
+    if gpumem::snapshot_pickle::is_pickle(path) {
+        return gpumem::snapshot_pickle::load_snapshot(path)
+            .with_context(|| format!("reading the snapshot {}", path.display()));
+    }
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the snapshot {}", path.display()))?;
     Snapshot::from_json(&text).with_context(|| {
