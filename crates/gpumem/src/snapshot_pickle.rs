@@ -821,8 +821,8 @@ fn snapshot_contents(
         }
         None => {
             return Err(schema(
-                "no 'device_traces' (torch 2.0 and later write it; an older snapshot, or \
-                 torch.cuda.memory_snapshot()'s list of segments, has no trace)"
+                "no 'device_traces' (torch.cuda.memory._snapshot() writes one list of trace \
+                 entries per device; this dict has no trace)"
                     .into(),
             ));
         }
