@@ -253,6 +253,7 @@ impl<B: RawMemory> CachingAllocator<B> {
     }
 
     /// Allocates at least `size` bytes for use on `stream`. `size` 0 is an error-free empty block.
+    #[track_caller]
     pub fn malloc(&self, size: usize, stream: StreamId) -> Result<Allocation> {
         if size as u64 >= ONE_EXA_BYTE {
             return Err(Error::AllocationTooLarge {
@@ -262,6 +263,8 @@ impl<B: RawMemory> CachingAllocator<B> {
         }
         let mut guard = self.lock();
         let st = &mut *guard;
+        st.history
+            .set_call_site(Some(std::panic::Location::caller()));
         if size == 0 {
             return Ok(Allocation {
                 ptr: 0,

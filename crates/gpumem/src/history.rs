@@ -2,7 +2,9 @@
 
 use crate::allocator::StreamId;
 use crate::stats::{DeviceStats, Pool};
+use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::panic::Location;
 
 /// How many trace entries are kept by default: all of them, as torch's `max_entries=sys.maxsize`.
 pub const MAX_TRACE_ENTRIES: usize = usize::MAX;
@@ -106,6 +108,30 @@ impl TraceAction {
     }
 }
 
+/// Where in the program an event happened: torch's `frames` item (`filename`, `line`, `name`).
+/// gpumem knows the caller of `malloc` through `#[track_caller]`: a file and a line, no function
+/// name (`name` is empty).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Frame {
+    /// The source file.
+    pub filename: Cow<'static, str>,
+    /// The line in it.
+    pub line: u64,
+    /// The function (empty: `#[track_caller]` gives none).
+    pub name: Cow<'static, str>,
+}
+
+impl Frame {
+    /// The frame of a call site.
+    pub fn at(site: &'static Location<'static>) -> Frame {
+        Frame {
+            filename: Cow::Borrowed(site.file()),
+            line: u64::from(site.line()),
+            name: Cow::Borrowed(""),
+        }
+    }
+}
+
 /// One event, with the totals right after it (so a timeline can be drawn from the trace alone).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TraceEntry {
@@ -126,6 +152,10 @@ pub struct TraceEntry {
     /// Microseconds since the Unix epoch when it happened (torch's `time_us`).
     #[serde(default)]
     pub time_us: u64,
+    /// The call of `malloc` that led to it (alloc, segment_alloc, segment_map and oom entries
+    /// recorded during a `malloc`; none for frees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<Frame>,
 }
 
 /// The trace recorder.
@@ -134,6 +164,7 @@ pub struct History {
     enabled: bool,
     max_entries: usize,
     entries: VecDeque<TraceEntry>,
+    call_site: Option<&'static Location<'static>>,
 }
 
 impl Default for History {
@@ -142,6 +173,7 @@ impl Default for History {
             enabled: false,
             max_entries: MAX_TRACE_ENTRIES,
             entries: VecDeque::new(),
+            call_site: None,
         }
     }
 }
@@ -163,6 +195,13 @@ impl History {
         while self.entries.len() > self.max_entries {
             self.entries.pop_front();
         }
+    }
+
+    /// The call of `malloc` now running: the alloc, segment_alloc, segment_map and oom entries it
+    /// records carry it as their frame (only `malloc` records those).
+    #[inline]
+    pub fn set_call_site(&mut self, site: Option<&'static Location<'static>>) {
+        self.call_site = site;
     }
 
     /// Whether events are being recorded.
@@ -194,6 +233,13 @@ impl History {
             allocated: stats.allocated_bytes.all.current,
             reserved: stats.reserved_bytes.all.current,
             time_us: now_us(),
+            frame: match action {
+                TraceAction::Alloc
+                | TraceAction::SegmentAlloc
+                | TraceAction::SegmentMap
+                | TraceAction::Oom => self.call_site.map(Frame::at),
+                _ => None,
+            },
         });
     }
 

@@ -12,8 +12,9 @@
 //! snapshot with millions of events is read in the memory of its segments plus one batch of
 //! entries (Python writes them in batches of 1000).
 //!
-//! Frames: gpumem records no stacks, so every `frames` it writes is an empty list; the frames of a
-//! PyTorch snapshot are read past and dropped.
+//! Frames: gpumem records no stacks. An entry recorded during a `malloc` gets one frame, the call
+//! site that `#[track_caller]` gives (file and line, no function name); blocks and segments get
+//! none. The frames of a PyTorch snapshot are read past and dropped.
 
 use crate::AllocatorConfig;
 use crate::allocator::StreamId;
@@ -47,9 +48,11 @@ pub enum SnapshotPickleError {
         reason: String,
     },
     /// The file ends before the pickle does.
-    #[error("truncated pickle: the file ends at byte {offset} before the pickle's STOP")]
+    #[error(
+        "truncated pickle: the file ends before the pickle's STOP (while reading at byte {offset})"
+    )]
     Truncated {
-        /// The file's length.
+        /// Where the read that ran past the end began.
         offset: u64,
     },
     /// A valid pickle, but not shaped like torch's snapshot.
@@ -148,7 +151,18 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
         p.key_int("size", e.size.into())?;
         p.key_int("stream", e.stream.into())?;
         p.key_int("time_us", e.time_us.into())?;
-        p.empty_frames()?;
+        p.str("frames")?;
+        p.begin_list()?;
+        if let Some(f) = &e.frame {
+            p.begin_dict()?;
+            p.str("filename")?;
+            p.str(&f.filename)?;
+            p.key_int("line", f.line.into())?;
+            p.str("name")?;
+            p.str(&f.name)?;
+            p.end_dict()?;
+        }
+        p.end_list()?;
         p.end_dict()?;
     }
     p.end_list()?;
@@ -795,6 +809,7 @@ fn trace_entry(v: &Value) -> Result<Option<TraceEntry>, String> {
         allocated: 0,
         reserved: 0,
         time_us,
+        frame: None,
     }))
 }
 

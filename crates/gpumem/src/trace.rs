@@ -905,6 +905,7 @@ mod tests {
             allocated: 0,
             reserved: 0,
             time_us: 0,
+            frame: None,
         };
         let entries = [
             entry(TraceAction::FreeRequested, 0x900, 512, 0), // allocated before recording began

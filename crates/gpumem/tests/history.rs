@@ -130,3 +130,22 @@ fn a_free_used_on_another_stream_completes_when_that_work_is_done() {
     );
     a.free(c, vec![]);
 }
+
+#[test]
+fn an_allocation_through_the_device_records_the_callers_line() {
+    let dev = gpumem::Device::cpu();
+    dev.record_memory_history(true);
+    let line = line!() + 1;
+    let buf = dev.alloc::<f32>(1000).unwrap();
+    let snap = dev.snapshot();
+    dev.record_memory_history(false);
+    let alloc = snap
+        .trace
+        .iter()
+        .rfind(|e| e.action == TraceAction::Alloc)
+        .expect("an alloc entry");
+    let frame = alloc.frame.as_ref().expect("a frame");
+    assert!(frame.filename.ends_with("history.rs"), "{frame:?}");
+    assert_eq!(frame.line, u64::from(line));
+    drop(buf);
+}

@@ -96,7 +96,11 @@ for e, w in zip(entries, want['trace']):
     assert set(e) == {'action', addr_key, 'size', 'stream', 'time_us', 'frames'}, sorted(e)
     assert (e[addr_key], e['size'], e['stream'], e['time_us']) == \
         (w['addr'], w['size'], w['stream'], w['time_us'])
-    assert e['frames'] == []
+    if w.get('frame'):
+        f = w['frame']
+        assert e['frames'] == [{'filename': f['filename'], 'line': f['line'], 'name': ''}]
+    else:
+        assert e['frames'] == []
 settings = snap['allocator_settings']
 for k in ('PYTORCH_CUDA_ALLOC_CONF', 'max_split_size', 'garbage_collection_threshold',
           'expandable_segments', 'pinned_num_register_threads', 'release_lock_on_cudamalloc',
@@ -108,6 +112,7 @@ print(settings['PYTORCH_CUDA_ALLOC_CONF'], settings['max_split_size'],
 print(sorted(int(k) for k in settings['roundup_power2_divisions'])[-1],
       settings['roundup_power2_divisions']['1'])
 print(sorted({b['state'] for s in segs for b in s['blocks']}))
+print(sorted({(e['action'], f['filename'].split('/')[-1]) for e in entries for f in e['frames']}))
 "#;
 
 #[test]
@@ -140,6 +145,11 @@ fn python_reads_every_field_torchs_tools_read() -> Result<()> {
     assert_eq!(
         lines[3],
         "['active_allocated', 'active_pending_free', 'inactive']"
+    );
+    // Each malloc's entries carry its call site (`#[track_caller]`): this file.
+    assert_eq!(
+        lines[4],
+        "[('alloc', 'snapshot_pickle.rs'), ('segment_alloc', 'snapshot_pickle.rs')]"
     );
     // The OOM path waits for every stream (torch's synchronize_and_free_events), so the pending
     // free completes and the emptied small segment goes back before the OOM is recorded.
@@ -425,9 +435,19 @@ fn a_truncated_snapshot_says_where_it_ends() -> Result<()> {
     gpumem::snapshot_pickle::write_snapshot(&a.snapshot(), &mut bytes)?;
     let cut = bytes.len() / 2;
     let e = read_error(&bytes[..cut]);
+    let SnapshotPickleError::Truncated { offset } = e else {
+        panic!("expected Truncated, got {e:?}");
+    };
+    assert!(
+        offset as usize <= cut && cut - (offset as usize) < 256,
+        "{offset} vs {cut}"
+    );
     assert_eq!(
         e.to_string(),
-        format!("truncated pickle: the file ends at byte {cut} before the pickle's STOP")
+        format!(
+            "truncated pickle: the file ends before the pickle's STOP (while reading at byte \
+             {offset})"
+        )
     );
     Ok(())
 }

@@ -816,6 +816,7 @@ mod tests {
             allocated,
             reserved,
             time_us: 0,
+            frame: None,
         }
     }
 

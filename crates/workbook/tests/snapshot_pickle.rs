@@ -214,10 +214,9 @@ fn a_truncated_or_foreign_pickle_is_named_with_its_problem() {
         "{err}"
     );
     assert!(
-        err.contains(&format!(
-            "truncated pickle: the file ends at byte {} before the pickle's STOP",
-            bytes.len() - 100
-        )),
+        err.contains(
+            "truncated pickle: the file ends before the pickle's STOP (while reading at byte "
+        ),
         "{err}"
     );
     let list = dir.path().join("list.pickle");
