@@ -9,7 +9,8 @@
 
 use anyhow::{Context, Result};
 use gpumem::history::{BlockState, SegmentInfo};
-use gpumem::{Snapshot, TraceAction};
+use gpumem::{Snapshot, TraceAction, TraceEntry};
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -52,8 +53,31 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
     })
 }
 
+/// The entries the pictures draw: torch's `free_completed` (the free itself is drawn at
+/// `free_requested`, where the allocated bytes drop) and `snapshot` entries change no total and are
+/// left out, so that an event on the timeline is one allocation, free or segment change.
+fn drawn(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
+    let skipped =
+        |e: &TraceEntry| matches!(e.action, TraceAction::FreeCompleted | TraceAction::Snapshot);
+    if !snapshot.trace.iter().any(skipped) {
+        return Cow::Borrowed(snapshot);
+    }
+    Cow::Owned(Snapshot {
+        device: snapshot.device.clone(),
+        segments: snapshot.segments.clone(),
+        trace: snapshot
+            .trace
+            .iter()
+            .filter(|e| !skipped(e))
+            .cloned()
+            .collect(),
+        allocator_settings: snapshot.allocator_settings.clone(),
+    })
+}
+
 /// The SVG of `view` for `snapshot`.
 pub fn render(snapshot: &Snapshot, view: View) -> String {
+    let snapshot = &*drawn(snapshot);
     let figures = match view {
         View::Both => vec![timeline(snapshot), segment_map(snapshot)],
         View::Timeline => vec![timeline(snapshot)],
@@ -1006,6 +1030,25 @@ mod tests {
         let first = svg.find("segment 1 · 20 MiB").unwrap();
         let third = svg.find("segment 3 · 2 MiB").unwrap();
         assert!(first < third);
+    }
+
+    #[test]
+    fn free_completed_and_snapshot_entries_are_not_drawn() {
+        let plain = fragmented();
+        let mut with_more = fragmented();
+        let completed = |e: &TraceEntry| TraceEntry {
+            action: TraceAction::FreeCompleted,
+            ..e.clone()
+        };
+        let at = with_more.trace.len() - 4;
+        let extra = completed(&with_more.trace[5]);
+        with_more.trace.insert(at, extra);
+        let last = with_more.trace.last().cloned().unwrap();
+        with_more.trace.push(TraceEntry {
+            action: TraceAction::Snapshot,
+            ..last
+        });
+        assert_eq!(render(&with_more, View::Both), render(&plain, View::Both));
     }
 
     #[test]
