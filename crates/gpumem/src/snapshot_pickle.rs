@@ -344,6 +344,11 @@ impl<W: Write> Pickler<'_, W> {
 /// corrupt length must not make the reader ask for gigabytes.
 const MAX_STRING_BYTES: u64 = 1 << 26;
 
+/// Short strings kept decoded (keys, actions, states), at most this many and this long.
+const MAX_INTERNED: usize = 4096;
+/// See [`MAX_INTERNED`].
+const MAX_INTERNED_LEN: usize = 64;
+
 /// What [`read_snapshot`] found besides the trace entries it handed over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotContents {
@@ -476,6 +481,7 @@ pub fn read_snapshot(
     // Only scalars are kept in the memo; containers come back as `Opaque`.
     let mut memo: HashMap<u64, Value> = HashMap::new();
     let mut next_memo = 0u64;
+    let mut interned: HashMap<Box<[u8]>, std::rc::Rc<str>> = HashMap::new();
     let mut entries: Vec<usize> = Vec::new();
     let mut skipped = 0usize;
     let bad = |offset: u64, reason: String| SnapshotPickleError::BadPickle { offset, reason };
@@ -553,11 +559,31 @@ pub fn read_snapshot(
                 input.le::<8>()?;
                 stack.push(Value::Float);
             }
-            SHORT_BINUNICODE | BINUNICODE | BINUNICODE8 => {
-                let len = match op {
-                    SHORT_BINUNICODE => u64::from(input.u8()?),
-                    BINUNICODE => u64::from(u32::from_le_bytes(input.le()?)),
-                    _ => u64::from_le_bytes(input.le()?),
+            SHORT_BINUNICODE => {
+                // Keys and actions repeat in every entry: short strings are decoded once.
+                let len = usize::from(input.u8()?);
+                let mut buf = [0u8; 255];
+                input.bytes(&mut buf[..len])?;
+                let key = &buf[..len];
+                let text = match interned.get(key) {
+                    Some(text) => text.clone(),
+                    None => {
+                        let text: std::rc::Rc<str> = std::str::from_utf8(key)
+                            .map_err(|_| bad(at, "a string that is not UTF-8".into()))?
+                            .into();
+                        if len <= MAX_INTERNED_LEN && interned.len() < MAX_INTERNED {
+                            interned.insert(key.into(), text.clone());
+                        }
+                        text
+                    }
+                };
+                stack.push(Value::Str(text));
+            }
+            BINUNICODE | BINUNICODE8 => {
+                let len = if op == BINUNICODE {
+                    u64::from(u32::from_le_bytes(input.le()?))
+                } else {
+                    u64::from_le_bytes(input.le()?)
                 };
                 let data = input.data(len, "a string")?;
                 let text = String::from_utf8(data)
