@@ -64,6 +64,7 @@ fn bytes_for<T>(len: usize) -> usize {
 }
 
 impl Device {
+    #[track_caller]
     fn alloc_storage(&self, bytes: usize, stream: RawStream) -> Result<Arc<Storage>> {
         self.check_setup()?;
         let alloc = self.inner.allocator.malloc(bytes, StreamId(stream.0))?;
@@ -76,6 +77,7 @@ impl Device {
         }))
     }
 
+    #[track_caller]
     fn buffer<T: Element>(&self, len: usize, stream: RawStream) -> Result<Buffer<T>> {
         let storage = self.alloc_storage(bytes_for::<T>(len), stream)?;
         Ok(Buffer {
@@ -86,6 +88,7 @@ impl Device {
     }
 
     /// `len` zeros of `T` on this device (`torch.zeros`): no host data, no copy.
+    #[track_caller]
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         let buf = self.buffer::<T>(len, RawStream(0))?;
         if len > 0 {
@@ -100,6 +103,7 @@ impl Device {
     }
 
     /// A buffer holding a copy of `data` (one host-to-device copy, `torch.tensor(data, device=..)`).
+    #[track_caller]
     pub fn from_slice<T: Element>(&self, data: &[T]) -> Result<Buffer<T>> {
         let mut buf = self.buffer::<T>(data.len(), RawStream(0))?;
         buf.copy_from_slice(data)?;
@@ -115,6 +119,7 @@ impl Device {
 
 impl Stream {
     /// `len` zeros of `T`, cached for this stream (blocks are reused per stream, as in torch).
+    #[track_caller]
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         let dev = self.device();
         let buf = dev.buffer::<T>(len, self.raw())?;

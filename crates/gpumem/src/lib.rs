@@ -26,6 +26,7 @@ pub mod history;
 pub mod ops;
 pub mod optim;
 pub mod pinned;
+pub mod snapshot_pickle;
 pub mod stats;
 pub mod stream;
 pub mod testing;
@@ -39,7 +40,9 @@ pub use config::AllocatorConfig;
 pub use device::{Device, DeviceKind};
 pub use error::{Error, Result};
 pub use format::format_bytes;
-pub use history::{Snapshot, SnapshotRequest, TraceAction, TraceEntry};
+pub use history::{
+    HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, TraceAction, TraceEntry,
+};
 pub use pinned::{HostMemoryStats, PinnedBuffer};
 pub use stats::{MemoryStats, Pool};
 pub use stream::{Event, Stream};

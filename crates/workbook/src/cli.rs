@@ -61,8 +61,9 @@ pub enum Command {
 #[derive(Debug, Args)]
 #[command(after_help = "The trace format and the committed traces: bench/README.md.")]
 pub struct ReplayArgs {
-    /// Trace files (JSON, `"format": "gpumem-alloc-trace"`).
-    #[arg(value_name = "TRACE.json", required = true)]
+    /// Trace files (JSON, `"format": "gpumem-alloc-trace"`), or PyTorch snapshot pickles
+    /// (`torch.cuda.memory._dump_snapshot`), whose device_traces are replayed.
+    #[arg(value_name = "TRACE.json|SNAPSHOT.pickle", required = true)]
     pub traces: Vec<PathBuf>,
     /// The memory behind the allocator: cpu (host memory), cuda or cuda:N (cuMemAlloc).
     #[arg(long, value_name = "DEVICE", default_value = "cpu")]
@@ -84,6 +85,10 @@ pub struct ReplayArgs {
     /// (set_per_process_memory_fraction; garbage_collection_threshold needs one, as in torch).
     #[arg(long = "memory-fraction", value_name = "F", requires = "alloc_conf")]
     pub memory_fraction: Option<f64>,
+    /// Write the allocator's state after the replay (one trace, at most one --alloc-conf) as a
+    /// PyTorch snapshot pickle, for pytorch.org/memory_viz.
+    #[arg(long = "snapshot-out", value_name = "FILE.pickle")]
+    pub snapshot_out: Option<PathBuf>,
 }
 
 /// Flags of `workbook verify`.
@@ -324,7 +329,8 @@ pub enum GradeFormat {
                   `std::fs::write(path, dev.snapshot().to_json())` after it."
 )]
 pub struct VizArgs {
-    /// The snapshot: the JSON that `dev.snapshot().to_json()` writes.
+    /// The snapshot: the JSON that `dev.snapshot().to_json()` writes, or a snapshot pickle
+    /// (`dev.dump_snapshot`, PyTorch's `torch.cuda.memory._dump_snapshot`).
     #[arg(value_name = "SNAPSHOT")]
     pub snapshot: PathBuf,
     /// The SVG file to write.
