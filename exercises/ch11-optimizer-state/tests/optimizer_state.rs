@@ -7,7 +7,7 @@ use ch11_optimizer_state::{
 use gpumem::Device;
 use gpumem::autograd::{Activation, Mlp, Tensor, no_grad};
 use gpumem::ops::XorShift;
-use gpumem::testing::{assert_close, device};
+use gpumem::testing::{Prediction, assert_close, device};
 
 /// A generator with a fresh seed, printed so that a failure can be reproduced.
 fn rng() -> XorShift {
@@ -54,11 +54,15 @@ fn measure_state(kind: Kind, sizes: &[usize]) -> anyhow::Result<u64> {
 fn check_state(kind: Kind, sizes: &[usize], want: u64) -> anyhow::Result<()> {
     let measured = measure_state(kind, sizes)?;
     assert_eq!(measured, want, "the allocator's numbers");
-    assert_eq!(
+    Prediction::new(format!(
+        "your predict_state_bytes for {kind:?} over {sizes:?}"
+    ))
+    .bytes(
+        "optimizer state",
         predict_state_bytes(kind, sizes),
         measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    )
+    .check();
     Ok(())
 }
 
@@ -119,11 +123,12 @@ fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
 fn check_step(kind: Kind, want: StepMemory) -> anyhow::Result<()> {
     let measured = measure_step(kind)?;
     assert_eq!(measured, want, "the allocator's numbers");
-    assert_eq!(
-        predict_step_memory(kind),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    let predicted = predict_step_memory(kind);
+    Prediction::new(format!("your predict_step_memory for {kind:?}"))
+        .bytes("state", predicted.state, measured.state)
+        .bytes("step_peak", predicted.step_peak, measured.step_peak)
+        .count("peak_phase", predicted.peak_phase, measured.peak_phase)
+        .check();
     Ok(())
 }
 
