@@ -23,6 +23,154 @@ pub(super) fn launch(
     cuda::kernels(backend)?.launch(op, kernel, work as u64, args)
 }
 
+// The helpers below run an element-wise op on either device. On cpu they read and write through
+// `host` and `host_mut`; that is sound because every buffer here is on the cpu device (a cuda
+// device launched its kernel and returned above), the caller's `&`/`&mut` borrows keep other
+// writers away for the call, and an output written while inputs are read is a fresh block from
+// `alloc`, which no other buffer shares.
+
+/// `y[i] = f(x[i])` into a new buffer of `x`'s length: on cuda `kernel(x, y, n)`; on cpu `f` over
+/// the values as f32, each result rounded to `D`.
+pub(super) fn map<S: Float, D: Float>(
+    op: &'static str,
+    kernel: &str,
+    x: &Buffer<S>,
+    f: impl Fn(f32) -> f32,
+) -> Result<Buffer<D>> {
+    let dev = x.device().clone();
+    let n = x.len();
+    let mut y = dev.alloc::<D>(n)?;
+    if n == 0 {
+        return Ok(y);
+    }
+    if dev.is_cuda() {
+        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
+        launch(&dev, op, kernel, n, &args)?;
+        return Ok(y);
+    }
+    // SAFETY: see above the helpers; y is a fresh block.
+    let (xs, ys) = unsafe { (host(x), host_mut(&mut y)) };
+    for (yv, xv) in ys.iter_mut().zip(xs) {
+        *yv = D::from_f32(f(xv.to_f32()));
+    }
+    Ok(y)
+}
+
+/// `y[i] = f(a[i], b[i])` into a new buffer of `a`'s length, once `b` is checked to have `a`'s
+/// device and length (`b_what` names `b` in the error): on cuda `kernel(a, b, y, scalars.., n)`;
+/// on cpu `f` over the values as f32, each result rounded to `T`.
+pub(super) fn map2<T: Float>(
+    op: &'static str,
+    kernel: &str,
+    a: &Buffer<T>,
+    b: &Buffer<T>,
+    b_what: &str,
+    scalars: &[Arg],
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<Buffer<T>> {
+    let dev = a.device().clone();
+    same_device(op, &dev, b)?;
+    expect_len(op, b_what, b, a.len())?;
+    let n = a.len();
+    let mut y = dev.alloc::<T>(n)?;
+    if n == 0 {
+        return Ok(y);
+    }
+    if dev.is_cuda() {
+        let buffers = [Arg::Ptr(a.ptr()), Arg::Ptr(b.ptr()), Arg::Ptr(y.ptr())];
+        let args = [&buffers[..], scalars, &[Arg::U64(n as u64)]].concat();
+        launch(&dev, op, kernel, n, &args)?;
+        return Ok(y);
+    }
+    // SAFETY: see above the helpers; y is a fresh block.
+    let (av, bv, ys) = unsafe { (host(a), host(b), host_mut(&mut y)) };
+    for ((yv, p), q) in ys.iter_mut().zip(av).zip(bv) {
+        *yv = T::from_f32(f(p.to_f32(), q.to_f32()));
+    }
+    Ok(y)
+}
+
+/// `x[i] = f(x[i])` in place: on cuda `kernel(x, args.., n)`; on cpu `f` over the values as f32,
+/// each result rounded to `T`.
+pub(super) fn update<T: Float>(
+    op: &'static str,
+    kernel: &str,
+    x: &mut Buffer<T>,
+    args: &[Arg],
+    f: impl Fn(f32) -> f32,
+) -> Result<()> {
+    let dev = x.device().clone();
+    let n = x.len();
+    if n == 0 {
+        return Ok(());
+    }
+    if dev.is_cuda() {
+        let args = [&[Arg::Ptr(x.ptr())][..], args, &[Arg::U64(n as u64)]].concat();
+        return launch(&dev, op, kernel, n, &args);
+    }
+    // SAFETY: see above the helpers; x is the only buffer touched.
+    for v in unsafe { host_mut(x) } {
+        *v = T::from_f32(f(v.to_f32()));
+    }
+    Ok(())
+}
+
+/// A new one-element f64 buffer holding `Σx`, accumulated in f64 (kernel `sum_<dtype>` on cuda);
+/// nothing is written to it when `x` is empty.
+pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffer<f64>> {
+    let dev = x.device().clone();
+    let n = x.len();
+    let mut total = dev.alloc::<f64>(1)?;
+    if n == 0 {
+        return Ok(total);
+    }
+    if dev.is_cuda() {
+        let kernel = format!("sum_{}", T::DTYPE);
+        let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64), Arg::Ptr(total.ptr())];
+        launch(&dev, op, &kernel, n, &args)?;
+    } else {
+        // SAFETY: see above the helpers; total is a fresh block.
+        let (xs, t) = unsafe { (host(x), host_mut(&mut total)) };
+        t[0] = xs.iter().map(|v| v.to_f32() as f64).sum();
+    }
+    Ok(total)
+}
+
+/// A new one-element f64 buffer holding `Σ(pred − target)²`, accumulated in f64 (kernel
+/// `sq_diff_sum_<dtype>` on cuda). The caller has checked devices and lengths, and that they are
+/// not empty.
+pub(super) fn f64_sq_diff_sum<T: Float>(
+    op: &'static str,
+    pred: &Buffer<T>,
+    target: &Buffer<T>,
+) -> Result<Buffer<f64>> {
+    let dev = pred.device().clone();
+    let n = pred.len();
+    let mut total = dev.alloc::<f64>(1)?;
+    if dev.is_cuda() {
+        let kernel = format!("sq_diff_sum_{}", T::DTYPE);
+        let args = [
+            Arg::Ptr(pred.ptr()),
+            Arg::Ptr(target.ptr()),
+            Arg::U64(n as u64),
+            Arg::Ptr(total.ptr()),
+        ];
+        launch(&dev, op, &kernel, n, &args)?;
+    } else {
+        // SAFETY: see above the helpers; total is a fresh block.
+        let (p, t, out) = unsafe { (host(pred), host(target), host_mut(&mut total)) };
+        out[0] = p
+            .iter()
+            .zip(t)
+            .map(|(a, b)| {
+                let d = a.to_f32() as f64 - b.to_f32() as f64;
+                d * d
+            })
+            .sum();
+    }
+    Ok(total)
+}
+
 /// A copy of a cpu buffer's contents, for an op whose output shares memory with this input.
 ///
 /// # Safety
@@ -41,27 +189,8 @@ fn read_scalar<T: crate::buffer::Element>(buf: &Buffer<T>) -> Result<T> {
 
 /// `x ← s·x` in place (`x.mul_(s)`).
 pub fn scale<T: Float>(x: &mut Buffer<T>, s: f32) -> Result<()> {
-    const OP: &str = "scale";
-    let dev = x.device().clone();
-    let n = x.len();
-    if n == 0 {
-        return Ok(());
-    }
-    if dev.is_cuda() {
-        let kernel = format!("scale_{}", T::DTYPE);
-        return launch(
-            &dev,
-            OP,
-            &kernel,
-            n,
-            &[Arg::Ptr(x.ptr()), Arg::F32(s), Arg::U64(n as u64)],
-        );
-    }
-    // SAFETY: a cpu buffer we hold exclusively for the call.
-    for v in unsafe { host_mut(x) } {
-        *v = T::from_f32(v.to_f32() * s);
-    }
-    Ok(())
+    let kernel = format!("scale_{}", T::DTYPE);
+    update("scale", &kernel, x, &[Arg::F32(s)], |v| v * s)
 }
 
 /// `y ← α·x + y` in place (`y.add_(x, alpha=α)`): a product then a sum, each rounded, never fused.
@@ -105,109 +234,42 @@ pub fn axpy<X: Float, Y: Float>(alpha: f32, x: &Buffer<X>, y: &mut Buffer<Y>) ->
 
 /// `max(x, 0)` into a new buffer (`torch.relu`); NaN stays NaN and -0 becomes 0.
 pub fn relu<T: Float>(x: &Buffer<T>) -> Result<Buffer<T>> {
-    const OP: &str = "relu";
-    let dev = x.device().clone();
-    let n = x.len();
-    let mut y = dev.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    if dev.is_cuda() {
-        let kernel = format!("relu_{}", T::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(y);
-    }
-    // SAFETY: cpu buffers; y is a fresh block.
-    let (xs, ys) = unsafe { (host(x), host_mut(&mut y)) };
-    for (yv, xv) in ys.iter_mut().zip(xs) {
-        let v = xv.to_f32();
-        *yv = T::from_f32(if v > 0.0 || v.is_nan() { v } else { 0.0 });
-    }
-    Ok(y)
+    map("relu", &format!("relu_{}", T::DTYPE), x, relu_f32)
+}
+
+/// ReLU of one value: NaN stays NaN and -0 becomes 0.
+pub(super) fn relu_f32(v: f32) -> f32 {
+    if v > 0.0 || v.is_nan() { v } else { 0.0 }
 }
 
 /// ReLU's backward from its output (what torch saves): `grad` where `output > 0`, else 0.
 pub fn relu_backward<T: Float>(grad_output: &Buffer<T>, output: &Buffer<T>) -> Result<Buffer<T>> {
-    const OP: &str = "relu_backward";
-    let dev = grad_output.device().clone();
-    same_device(OP, &dev, output)?;
-    expect_len(
-        OP,
-        "output (the length of grad_output)",
+    let kernel = format!("relu_backward_{}", T::DTYPE);
+    let what = "output (the length of grad_output)";
+    map2(
+        "relu_backward",
+        &kernel,
+        grad_output,
         output,
-        grad_output.len(),
-    )?;
-    let n = output.len();
-    let mut dx = dev.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(dx);
-    }
-    if dev.is_cuda() {
-        let kernel = format!("relu_backward_{}", T::DTYPE);
-        let args = [
-            Arg::Ptr(grad_output.ptr()),
-            Arg::Ptr(output.ptr()),
-            Arg::Ptr(dx.ptr()),
-            Arg::U64(n as u64),
-        ];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(dx);
-    }
-    // SAFETY: cpu buffers; dx is a fresh block.
-    let (g, o, d) = unsafe { (host(grad_output), host(output), host_mut(&mut dx)) };
-    for ((dv, gv), ov) in d.iter_mut().zip(g).zip(o) {
-        *dv = if ov.to_f32() <= 0.0 {
-            T::from_f32(0.0)
-        } else {
-            T::from_f32(gv.to_f32())
-        };
-    }
-    Ok(dx)
+        what,
+        &[],
+        |g, o| {
+            if o <= 0.0 { 0.0 } else { g }
+        },
+    )
 }
 
 /// `x` converted to another type in a new buffer (`x.to(dtype)`), rounding to nearest even.
 pub fn cast<S: Float, D: Float>(x: &Buffer<S>) -> Result<Buffer<D>> {
-    const OP: &str = "cast";
-    let dev = x.device().clone();
-    let n = x.len();
-    let mut y = dev.alloc::<D>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    if dev.is_cuda() {
-        let kernel = format!("cast_{}_{}", S::DTYPE, D::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(y);
-    }
-    // SAFETY: cpu buffers; y is a fresh block.
-    let (xs, ys) = unsafe { (host(x), host_mut(&mut y)) };
-    for (yv, xv) in ys.iter_mut().zip(xs) {
-        *yv = D::from_f32(xv.to_f32());
-    }
-    Ok(y)
+    map("cast", &format!("cast_{}_{}", S::DTYPE, D::DTYPE), x, |v| v)
 }
 
 /// The sum of all elements, accumulated in f64 and rounded to f32 once (`x.sum().item()`).
 pub fn sum<T: Float>(x: &Buffer<T>) -> Result<f32> {
-    const OP: &str = "sum";
-    let dev = x.device().clone();
-    let n = x.len();
-    if n == 0 {
+    if x.is_empty() {
         return Ok(0.0);
     }
-    let mut total = dev.alloc::<f64>(1)?;
-    if dev.is_cuda() {
-        let kernel = format!("sum_{}", T::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64), Arg::Ptr(total.ptr())];
-        launch(&dev, OP, &kernel, n, &args)?;
-    } else {
-        // SAFETY: cpu buffers; total is a fresh block.
-        let (xs, t) = unsafe { (host(x), host_mut(&mut total)) };
-        t[0] = xs.iter().map(|v| v.to_f32() as f64).sum();
-    }
-    Ok(read_scalar(&total)? as f32)
+    Ok(read_scalar(&f64_sum("sum", x)?)? as f32)
 }
 
 /// `x[r, c] ← x[r, c] + bias[c]` in place for a `[rows×cols]` matrix (a layer's bias, one per
@@ -357,28 +419,7 @@ pub fn mse_loss<T: Float>(pred: &Buffer<T>, target: &Buffer<T>) -> Result<f32> {
     if n == 0 {
         return Ok(f32::NAN); // torch: the mean of nothing
     }
-    let mut total = dev.alloc::<f64>(1)?;
-    if dev.is_cuda() {
-        let kernel = format!("sq_diff_sum_{}", T::DTYPE);
-        let args = [
-            Arg::Ptr(pred.ptr()),
-            Arg::Ptr(target.ptr()),
-            Arg::U64(n as u64),
-            Arg::Ptr(total.ptr()),
-        ];
-        launch(&dev, OP, &kernel, n, &args)?;
-    } else {
-        // SAFETY: cpu buffers; total is a fresh block.
-        let (p, t, out) = unsafe { (host(pred), host(target), host_mut(&mut total)) };
-        out[0] = p
-            .iter()
-            .zip(t)
-            .map(|(a, b)| {
-                let d = a.to_f32() as f64 - b.to_f32() as f64;
-                d * d
-            })
-            .sum();
-    }
+    let total = f64_sq_diff_sum(OP, pred, target)?;
     Ok((read_scalar(&total)? / n as f64) as f32)
 }
 
@@ -389,34 +430,18 @@ pub fn mse_loss_backward<T: Float>(
     target: &Buffer<T>,
     grad_scale: f32,
 ) -> Result<Buffer<T>> {
-    const OP: &str = "mse_loss_backward";
-    let dev = pred.device().clone();
-    same_device(OP, &dev, target)?;
-    expect_len(OP, "target (the length of pred)", target, pred.len())?;
-    let n = pred.len();
-    let mut g = dev.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(g);
-    }
-    let c = (2.0 * grad_scale as f64 / n as f64) as f32;
-    if dev.is_cuda() {
-        let kernel = format!("mse_grad_{}", T::DTYPE);
-        let args = [
-            Arg::Ptr(pred.ptr()),
-            Arg::Ptr(target.ptr()),
-            Arg::Ptr(g.ptr()),
-            Arg::F32(c),
-            Arg::U64(n as u64),
-        ];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(g);
-    }
-    // SAFETY: cpu buffers; g is a fresh block.
-    let (p, t, out) = unsafe { (host(pred), host(target), host_mut(&mut g)) };
-    for ((o, a), b) in out.iter_mut().zip(p).zip(t) {
-        *o = T::from_f32(c * (a.to_f32() - b.to_f32()));
-    }
-    Ok(g)
+    let kernel = format!("mse_grad_{}", T::DTYPE);
+    let what = "target (the length of pred)";
+    let c = (2.0 * grad_scale as f64 / pred.len() as f64) as f32;
+    map2(
+        "mse_loss_backward",
+        &kernel,
+        pred,
+        target,
+        what,
+        &[Arg::F32(c)],
+        |a, b| c * (a - b),
+    )
 }
 
 /// Sets every element to zero in place (`x.zero_()`, as `optimizer.zero_grad()` does for gradients).

@@ -4,7 +4,7 @@
 //! (`kernels.cu`), the same arithmetic in plain loops on cpu; sums accumulate in f64.
 
 use super::cuda::Arg;
-use super::elementwise::launch;
+use super::elementwise::{f64_sq_diff_sum, f64_sum, launch, map, map2, update};
 use super::{Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
 use crate::buffer::Buffer;
 use crate::error::Result;
@@ -16,50 +16,16 @@ const GELU_C: f32 = 0.044715;
 
 /// Sets every element to `value` in place (`x.fill_(value)`).
 pub fn fill<T: Float>(x: &mut Buffer<T>, value: f32) -> Result<()> {
-    let dev = x.device().clone();
-    let n = x.len();
-    if n == 0 {
-        return Ok(());
-    }
-    if dev.is_cuda() {
-        let kernel = format!("fill_{}", T::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::F32(value), Arg::U64(n as u64)];
-        return launch(&dev, "fill", &kernel, n, &args);
-    }
-    let v = T::from_f32(value);
-    // SAFETY: a cpu buffer we hold exclusively for the call.
-    unsafe { host_mut(x) }.fill(v);
-    Ok(())
+    let kernel = format!("fill_{}", T::DTYPE);
+    update("fill", &kernel, x, &[Arg::F32(value)], |_| value)
 }
 
 /// The element-wise product `a * b` in a new buffer (`torch.mul`).
 pub fn mul<T: Float>(a: &Buffer<T>, b: &Buffer<T>) -> Result<Buffer<T>> {
-    const OP: &str = "mul";
-    let dev = a.device().clone();
-    same_device(OP, &dev, b)?;
-    expect_len(OP, "b (the length of a)", b, a.len())?;
-    let n = a.len();
-    let mut y = dev.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    if dev.is_cuda() {
-        let kernel = format!("mul_{}", T::DTYPE);
-        let args = [
-            Arg::Ptr(a.ptr()),
-            Arg::Ptr(b.ptr()),
-            Arg::Ptr(y.ptr()),
-            Arg::U64(n as u64),
-        ];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(y);
-    }
-    // SAFETY: cpu buffers; y is a fresh block.
-    let (av, bv, yv) = unsafe { (host(a), host(b), host_mut(&mut y)) };
-    for ((o, p), q) in yv.iter_mut().zip(av).zip(bv) {
-        *o = T::from_f32(p.to_f32() * q.to_f32());
-    }
-    Ok(y)
+    let kernel = format!("mul_{}", T::DTYPE);
+    map2("mul", &kernel, a, b, "b (the length of a)", &[], |p, q| {
+        p * q
+    })
 }
 
 /// `x ← x · s[0]` in place, where `s` is a one-element buffer on the same device (an upstream
@@ -113,21 +79,7 @@ fn f64_div<T: Float>(op: &'static str, total: &Buffer<f64>, divisor: usize) -> R
 /// divisor `x.len()`). The f64 accumulator is a temporary 8-byte block, freed before returning.
 pub fn sum_to_device<T: Float>(x: &Buffer<T>, divisor: usize) -> Result<Buffer<T>> {
     const OP: &str = "sum_to_device";
-    let dev = x.device().clone();
-    let n = x.len();
-    let mut total = dev.alloc::<f64>(1)?;
-    if n > 0 {
-        if dev.is_cuda() {
-            let kernel = format!("sum_{}", T::DTYPE);
-            let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64), Arg::Ptr(total.ptr())];
-            launch(&dev, OP, &kernel, n, &args)?;
-        } else {
-            // SAFETY: cpu buffers; total is a fresh block.
-            let (xs, t) = unsafe { (host(x), host_mut(&mut total)) };
-            t[0] = xs.iter().map(|v| v.to_f32() as f64).sum();
-        }
-    }
-    f64_div(OP, &total, divisor.max(1))
+    f64_div(OP, &f64_sum(OP, x)?, divisor.max(1))
 }
 
 /// `mean((pred − target)²)` as a one-element buffer on the device (`F.mse_loss`, mean reduction).
@@ -140,95 +92,37 @@ pub fn mse_loss_to_device<T: Float>(pred: &Buffer<T>, target: &Buffer<T>) -> Res
     if n == 0 {
         return Err(invalid(OP, &dev, "the mean of no elements".into()));
     }
-    let mut total = dev.alloc::<f64>(1)?;
-    if dev.is_cuda() {
-        let kernel = format!("sq_diff_sum_{}", T::DTYPE);
-        let args = [
-            Arg::Ptr(pred.ptr()),
-            Arg::Ptr(target.ptr()),
-            Arg::U64(n as u64),
-            Arg::Ptr(total.ptr()),
-        ];
-        launch(&dev, OP, &kernel, n, &args)?;
-    } else {
-        // SAFETY: cpu buffers; total is a fresh block.
-        let (p, t, out) = unsafe { (host(pred), host(target), host_mut(&mut total)) };
-        out[0] = p
-            .iter()
-            .zip(t)
-            .map(|(a, b)| {
-                let d = a.to_f32() as f64 - b.to_f32() as f64;
-                d * d
-            })
-            .sum();
-    }
-    f64_div(OP, &total, n)
+    f64_div(OP, &f64_sq_diff_sum(OP, pred, target)?, n)
 }
 
 /// GELU with the tanh approximation (`F.gelu(x, approximate="tanh")`) in a new buffer.
 pub fn gelu<T: Float>(x: &Buffer<T>) -> Result<Buffer<T>> {
-    const OP: &str = "gelu";
-    let dev = x.device().clone();
-    let n = x.len();
-    let mut y = dev.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    if dev.is_cuda() {
-        let kernel = format!("gelu_{}", T::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(y);
-    }
-    // SAFETY: cpu buffers; y is a fresh block.
-    let (xs, ys) = unsafe { (host(x), host_mut(&mut y)) };
-    for (yv, xv) in ys.iter_mut().zip(xs) {
-        let v = xv.to_f32();
+    map("gelu", &format!("gelu_{}", T::DTYPE), x, |v| {
         let t = (GELU_K * (v + GELU_C * (v * (v * v)))).tanh();
-        *yv = T::from_f32((0.5 * v) * (1.0 + t));
-    }
-    Ok(y)
+        (0.5 * v) * (1.0 + t)
+    })
 }
 
 /// GELU's backward from its input (what torch saves for it): `grad · gelu'(input)`.
 pub fn gelu_backward<T: Float>(grad_output: &Buffer<T>, input: &Buffer<T>) -> Result<Buffer<T>> {
-    const OP: &str = "gelu_backward";
-    let dev = grad_output.device().clone();
-    same_device(OP, &dev, input)?;
-    expect_len(
-        OP,
-        "input (the length of grad_output)",
+    let kernel = format!("gelu_backward_{}", T::DTYPE);
+    let what = "input (the length of grad_output)";
+    map2(
+        "gelu_backward",
+        &kernel,
+        grad_output,
         input,
-        grad_output.len(),
-    )?;
-    let n = input.len();
-    let mut dx = dev.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(dx);
-    }
-    if dev.is_cuda() {
-        let kernel = format!("gelu_backward_{}", T::DTYPE);
-        let args = [
-            Arg::Ptr(grad_output.ptr()),
-            Arg::Ptr(input.ptr()),
-            Arg::Ptr(dx.ptr()),
-            Arg::U64(n as u64),
-        ];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(dx);
-    }
-    // SAFETY: cpu buffers; dx is a fresh block.
-    let (g, x, d) = unsafe { (host(grad_output), host(input), host_mut(&mut dx)) };
-    for ((dv, gv), xv) in d.iter_mut().zip(g).zip(x) {
-        let v = xv.to_f32();
-        let v2 = v * v;
-        let t = (GELU_K * (v + GELU_C * (v * v2))).tanh();
-        let d_inner = GELU_K * (1.0 + (3.0 * GELU_C) * v2);
-        let left = 0.5 * (1.0 + t);
-        let right = (0.5 * v) * ((1.0 - t * t) * d_inner);
-        *dv = T::from_f32(gv.to_f32() * (left + right));
-    }
-    Ok(dx)
+        what,
+        &[],
+        |g, v| {
+            let v2 = v * v;
+            let t = (GELU_K * (v + GELU_C * (v * v2))).tanh();
+            let d_inner = GELU_K * (1.0 + (3.0 * GELU_C) * v2);
+            let left = 0.5 * (1.0 + t);
+            let right = (0.5 * v) * ((1.0 - t * t) * d_inner);
+            g * (left + right)
+        },
+    )
 }
 
 /// Row-wise `log_softmax` of a `[rows×cols]` matrix in a new buffer (`F.log_softmax(x, dim=1)`).

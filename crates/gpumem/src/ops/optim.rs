@@ -5,7 +5,7 @@
 //! (`x.mul_(x)`): each element is read before it is written.
 
 use super::cuda::Arg;
-use super::elementwise::launch;
+use super::elementwise::{launch, map, relu_f32, update};
 use super::{Float, expect_len, host, host_mut, same_device};
 use crate::buffer::Buffer;
 use crate::error::Result;
@@ -21,45 +21,13 @@ unsafe fn read<T: Float>(buf: &Buffer<T>) -> Vec<f32> {
 
 /// `√x` element-wise into a new buffer (`torch.sqrt`).
 pub fn sqrt<T: Float>(x: &Buffer<T>) -> Result<Buffer<T>> {
-    const OP: &str = "sqrt";
-    let dev = x.device().clone();
-    let n = x.len();
-    let mut y = dev.alloc::<T>(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
-    if dev.is_cuda() {
-        let kernel = format!("sqrt_{}", T::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
-        launch(&dev, OP, &kernel, n, &args)?;
-        return Ok(y);
-    }
-    // SAFETY: cpu buffers; y is a fresh block.
-    let (xs, ys) = unsafe { (host(x), host_mut(&mut y)) };
-    for (yv, xv) in ys.iter_mut().zip(xs) {
-        *yv = T::from_f32(xv.to_f32().sqrt());
-    }
-    Ok(y)
+    map("sqrt", &format!("sqrt_{}", T::DTYPE), x, f32::sqrt)
 }
 
 /// `x ← x + s` in place for a number `s` (`x.add_(s)`).
 pub fn add_scalar<T: Float>(x: &mut Buffer<T>, s: f32) -> Result<()> {
-    const OP: &str = "add_scalar";
-    let dev = x.device().clone();
-    let n = x.len();
-    if n == 0 {
-        return Ok(());
-    }
-    if dev.is_cuda() {
-        let kernel = format!("add_scalar_{}", T::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::F32(s), Arg::U64(n as u64)];
-        return launch(&dev, OP, &kernel, n, &args);
-    }
-    // SAFETY: a cpu buffer we hold exclusively for the call.
-    for v in unsafe { host_mut(x) } {
-        *v = T::from_f32(v.to_f32() + s);
-    }
-    Ok(())
+    let kernel = format!("add_scalar_{}", T::DTYPE);
+    update("add_scalar", &kernel, x, &[Arg::F32(s)], |v| v + s)
 }
 
 /// `x ← x + value·a·b` in place (`x.addcmul_(a, b, value=value)`), each product rounded.
@@ -150,22 +118,8 @@ pub fn mul_in_place<T: Float>(x: &mut Buffer<T>, other: &Buffer<T>) -> Result<()
 
 /// `x ← max(x, 0)` in place (`x.relu_()`); NaN stays NaN and -0 becomes 0.
 pub fn relu_in_place<T: Float>(x: &mut Buffer<T>) -> Result<()> {
-    const OP: &str = "relu_in_place";
-    let dev = x.device().clone();
-    let n = x.len();
-    if n == 0 {
-        return Ok(());
-    }
-    if dev.is_cuda() {
-        // The relu kernel with its output in place of its input.
-        let kernel = format!("relu_{}", T::DTYPE);
-        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(x.ptr()), Arg::U64(n as u64)];
-        return launch(&dev, OP, &kernel, n, &args);
-    }
-    // SAFETY: a cpu buffer we hold exclusively for the call.
-    for v in unsafe { host_mut(x) } {
-        let f = v.to_f32();
-        *v = T::from_f32(if f > 0.0 || f.is_nan() { f } else { 0.0 });
-    }
-    Ok(())
+    // The relu kernel with its output in place of its input.
+    let kernel = format!("relu_{}", T::DTYPE);
+    let output = [Arg::Ptr(x.ptr())];
+    update("relu_in_place", &kernel, x, &output, relu_f32)
 }
