@@ -5,7 +5,7 @@
 use super::cuda::{self, Arg};
 use super::{Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
 use crate::backend::RawStream;
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Element};
 use crate::device::Device;
 use crate::error::Result;
 
@@ -26,8 +26,8 @@ pub(super) fn launch(
 // The helpers below run an element-wise op on either device. On cpu they read and write through
 // `host` and `host_mut`; that is sound because every buffer here is on the cpu device (a cuda
 // device launched its kernel and returned above), the caller's `&`/`&mut` borrows keep other
-// writers away for the call, and an output written while inputs are read is a fresh block from
-// `alloc`, which no other buffer shares.
+// writers away for the call, and an output written while inputs are read is either a fresh block
+// from `alloc`, which no other buffer shares, or an input's copy when they share memory.
 
 /// `y[i] = f(x[i])` into a new buffer of `x`'s length: on cuda `kernel(x, y, n)`; on cpu `f` over
 /// the values as f32, each result rounded to `D`.
@@ -56,6 +56,20 @@ pub(super) fn map<S: Float, D: Float>(
     Ok(y)
 }
 
+/// The device and length of `a`, once `b` is checked to have both (`b_what` names `b` in the
+/// error).
+pub(super) fn check_pair<A: Element, B: Element>(
+    op: &'static str,
+    a: &Buffer<A>,
+    b: &Buffer<B>,
+    b_what: &str,
+) -> Result<(Device, usize)> {
+    let dev = a.device().clone();
+    same_device(op, &dev, b)?;
+    expect_len(op, b_what, b, a.len())?;
+    Ok((dev, a.len()))
+}
+
 /// `y[i] = f(a[i], b[i])` into a new buffer of `a`'s length, once `b` is checked to have `a`'s
 /// device and length (`b_what` names `b` in the error): on cuda `kernel(a, b, y, scalars.., n)`;
 /// on cpu `f` over the values as f32, each result rounded to `T`.
@@ -68,10 +82,7 @@ pub(super) fn map2<T: Float>(
     scalars: &[Arg],
     f: impl Fn(f32, f32) -> f32,
 ) -> Result<Buffer<T>> {
-    let dev = a.device().clone();
-    same_device(op, &dev, b)?;
-    expect_len(op, b_what, b, a.len())?;
-    let n = a.len();
+    let (dev, n) = check_pair(op, a, b, b_what)?;
     let mut y = dev.alloc::<T>(n)?;
     if n == 0 {
         return Ok(y);
@@ -115,6 +126,42 @@ pub(super) fn update<T: Float>(
     Ok(())
 }
 
+/// `x[i] = f(x[i], b[i])` in place, once `b` is checked to have `x`'s device and length (`b_what`
+/// names `b` in the error): on cuda `kernel(args)`; on cpu `f` over the values as f32, each result
+/// rounded to `X`, with `b` copied first when it shares `x`'s memory.
+pub(super) fn update_with<X: Float, B: Float>(
+    op: &'static str,
+    kernel: &str,
+    x: &mut Buffer<X>,
+    b: &Buffer<B>,
+    b_what: &str,
+    args: &[Arg],
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<()> {
+    let (dev, n) = check_pair(op, x, b, b_what)?;
+    if n == 0 {
+        return Ok(());
+    }
+    if dev.is_cuda() {
+        return launch(&dev, op, kernel, n, args);
+    }
+    // SAFETY (all): see above the helpers; b is copied before x is written when they share memory.
+    let copy = if same_memory(x, b) {
+        Some(unsafe { snapshot(b) })
+    } else {
+        None
+    };
+    let bs = match &copy {
+        Some(v) => v.as_slice(),
+        None => unsafe { host(b) },
+    };
+    let xs = unsafe { host_mut(x) };
+    for (xv, bv) in xs.iter_mut().zip(bs) {
+        *xv = X::from_f32(f(xv.to_f32(), bv.to_f32()));
+    }
+    Ok(())
+}
+
 /// A new one-element f64 buffer holding `Σx`, accumulated in f64 (kernel `sum_<dtype>` on cuda);
 /// nothing is written to it when `x` is empty.
 pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffer<f64>> {
@@ -137,15 +184,17 @@ pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffe
 }
 
 /// A new one-element f64 buffer holding `Σ(pred − target)²`, accumulated in f64 (kernel
-/// `sq_diff_sum_<dtype>` on cuda). The caller has checked devices and lengths, and that they are
-/// not empty.
+/// `sq_diff_sum_<dtype>` on cuda), once `target` is checked against `pred`; `None` when they are
+/// empty.
 pub(super) fn f64_sq_diff_sum<T: Float>(
     op: &'static str,
     pred: &Buffer<T>,
     target: &Buffer<T>,
-) -> Result<Buffer<f64>> {
-    let dev = pred.device().clone();
-    let n = pred.len();
+) -> Result<Option<Buffer<f64>>> {
+    let (dev, n) = check_pair(op, pred, target, "target (the length of pred)")?;
+    if n == 0 {
+        return Ok(None);
+    }
     let mut total = dev.alloc::<f64>(1)?;
     if dev.is_cuda() {
         let kernel = format!("sq_diff_sum_{}", T::DTYPE);
@@ -168,7 +217,7 @@ pub(super) fn f64_sq_diff_sum<T: Float>(
             })
             .sum();
     }
-    Ok(total)
+    Ok(Some(total))
 }
 
 /// A copy of a cpu buffer's contents, for an op whose output shares memory with this input.
@@ -196,40 +245,15 @@ pub fn scale<T: Float>(x: &mut Buffer<T>, s: f32) -> Result<()> {
 /// `y ← α·x + y` in place (`y.add_(x, alpha=α)`): a product then a sum, each rounded, never fused.
 /// x and y may differ in type (f16 gradients into f32 accumulators).
 pub fn axpy<X: Float, Y: Float>(alpha: f32, x: &Buffer<X>, y: &mut Buffer<Y>) -> Result<()> {
-    const OP: &str = "axpy";
-    let dev = y.device().clone();
-    same_device(OP, &dev, x)?;
-    expect_len(OP, "x (the length of y)", x, y.len())?;
-    let n = y.len();
-    if n == 0 {
-        return Ok(());
-    }
-    if dev.is_cuda() {
-        let kernel = format!("axpy_{}_{}", X::DTYPE, Y::DTYPE);
-        let args = [
-            Arg::F32(alpha),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(y.ptr()),
-            Arg::U64(n as u64),
-        ];
-        return launch(&dev, OP, &kernel, n, &args);
-    }
-    let aliased = same_memory(x, y);
-    // SAFETY (both): cpu buffers; when they share memory, x is copied before y is written.
-    let copy = if aliased {
-        Some(unsafe { snapshot(x) })
-    } else {
-        None
-    };
-    let xs = match &copy {
-        Some(v) => v.as_slice(),
-        None => unsafe { host(x) },
-    };
-    let ys = unsafe { host_mut(y) };
-    for (yv, xv) in ys.iter_mut().zip(xs) {
-        *yv = Y::from_f32(alpha * xv.to_f32() + yv.to_f32());
-    }
-    Ok(())
+    let kernel = format!("axpy_{}_{}", X::DTYPE, Y::DTYPE);
+    let args = [
+        Arg::F32(alpha),
+        Arg::Ptr(x.ptr()),
+        Arg::Ptr(y.ptr()),
+        Arg::U64(y.len() as u64),
+    ];
+    let what = "x (the length of y)";
+    update_with("axpy", &kernel, y, x, what, &args, |yv, xv| alpha * xv + yv)
 }
 
 /// `max(x, 0)` into a new buffer (`torch.relu`); NaN stays NaN and -0 becomes 0.
@@ -244,19 +268,11 @@ pub(super) fn relu_f32(v: f32) -> f32 {
 
 /// ReLU's backward from its output (what torch saves): `grad` where `output > 0`, else 0.
 pub fn relu_backward<T: Float>(grad_output: &Buffer<T>, output: &Buffer<T>) -> Result<Buffer<T>> {
+    const OP: &str = "relu_backward";
     let kernel = format!("relu_backward_{}", T::DTYPE);
     let what = "output (the length of grad_output)";
-    map2(
-        "relu_backward",
-        &kernel,
-        grad_output,
-        output,
-        what,
-        &[],
-        |g, o| {
-            if o <= 0.0 { 0.0 } else { g }
-        },
-    )
+    let dx = |g: f32, o: f32| if o <= 0.0 { 0.0 } else { g };
+    map2(OP, &kernel, grad_output, output, what, &[], dx)
 }
 
 /// `x` converted to another type in a new buffer (`x.to(dtype)`), rounding to nearest even.
@@ -411,16 +427,10 @@ pub fn unscale_and_check<T: Float>(x: &mut Buffer<T>, inv_scale: f32) -> Result<
 
 /// Mean squared error `mean((pred − target)²)`, accumulated in f64 (`F.mse_loss(pred, target)`).
 pub fn mse_loss<T: Float>(pred: &Buffer<T>, target: &Buffer<T>) -> Result<f32> {
-    const OP: &str = "mse_loss";
-    let dev = pred.device().clone();
-    same_device(OP, &dev, target)?;
-    expect_len(OP, "target (the length of pred)", target, pred.len())?;
-    let n = pred.len();
-    if n == 0 {
-        return Ok(f32::NAN); // torch: the mean of nothing
+    match f64_sq_diff_sum("mse_loss", pred, target)? {
+        None => Ok(f32::NAN), // torch: the mean of nothing
+        Some(total) => Ok((read_scalar(&total)? / pred.len() as f64) as f32),
     }
-    let total = f64_sq_diff_sum(OP, pred, target)?;
-    Ok((read_scalar(&total)? / n as f64) as f32)
 }
 
 /// The gradient of [`mse_loss`] times `grad_scale`: `c·(pred − target)` with `c = 2·grad_scale/n`,
@@ -430,18 +440,12 @@ pub fn mse_loss_backward<T: Float>(
     target: &Buffer<T>,
     grad_scale: f32,
 ) -> Result<Buffer<T>> {
+    const OP: &str = "mse_loss_backward";
     let kernel = format!("mse_grad_{}", T::DTYPE);
     let what = "target (the length of pred)";
     let c = (2.0 * grad_scale as f64 / pred.len() as f64) as f32;
-    map2(
-        "mse_loss_backward",
-        &kernel,
-        pred,
-        target,
-        what,
-        &[Arg::F32(c)],
-        |a, b| c * (a - b),
-    )
+    let g = |a: f32, b: f32| c * (a - b);
+    map2(OP, &kernel, pred, target, what, &[Arg::F32(c)], g)
 }
 
 /// Sets every element to zero in place (`x.zero_()`, as `optimizer.zero_grad()` does for gradients).

@@ -22,10 +22,9 @@ pub fn fill<T: Float>(x: &mut Buffer<T>, value: f32) -> Result<()> {
 
 /// The element-wise product `a * b` in a new buffer (`torch.mul`).
 pub fn mul<T: Float>(a: &Buffer<T>, b: &Buffer<T>) -> Result<Buffer<T>> {
+    const OP: &str = "mul";
     let kernel = format!("mul_{}", T::DTYPE);
-    map2("mul", &kernel, a, b, "b (the length of a)", &[], |p, q| {
-        p * q
-    })
+    map2(OP, &kernel, a, b, "b (the length of a)", &[], |p, q| p * q)
 }
 
 /// `x ← x · s[0]` in place, where `s` is a one-element buffer on the same device (an upstream
@@ -85,14 +84,10 @@ pub fn sum_to_device<T: Float>(x: &Buffer<T>, divisor: usize) -> Result<Buffer<T
 /// `mean((pred − target)²)` as a one-element buffer on the device (`F.mse_loss`, mean reduction).
 pub fn mse_loss_to_device<T: Float>(pred: &Buffer<T>, target: &Buffer<T>) -> Result<Buffer<T>> {
     const OP: &str = "mse_loss";
-    let dev = pred.device().clone();
-    same_device(OP, &dev, target)?;
-    expect_len(OP, "target (the length of pred)", target, pred.len())?;
-    let n = pred.len();
-    if n == 0 {
-        return Err(invalid(OP, &dev, "the mean of no elements".into()));
+    match f64_sq_diff_sum(OP, pred, target)? {
+        None => Err(invalid(OP, pred.device(), "the mean of no elements".into())),
+        Some(total) => f64_div(OP, &total, pred.len()),
     }
-    f64_div(OP, &f64_sq_diff_sum(OP, pred, target)?, n)
 }
 
 /// GELU with the tanh approximation (`F.gelu(x, approximate="tanh")`) in a new buffer.
@@ -105,24 +100,18 @@ pub fn gelu<T: Float>(x: &Buffer<T>) -> Result<Buffer<T>> {
 
 /// GELU's backward from its input (what torch saves for it): `grad · gelu'(input)`.
 pub fn gelu_backward<T: Float>(grad_output: &Buffer<T>, input: &Buffer<T>) -> Result<Buffer<T>> {
+    const OP: &str = "gelu_backward";
     let kernel = format!("gelu_backward_{}", T::DTYPE);
     let what = "input (the length of grad_output)";
-    map2(
-        "gelu_backward",
-        &kernel,
-        grad_output,
-        input,
-        what,
-        &[],
-        |g, v| {
-            let v2 = v * v;
-            let t = (GELU_K * (v + GELU_C * (v * v2))).tanh();
-            let d_inner = GELU_K * (1.0 + (3.0 * GELU_C) * v2);
-            let left = 0.5 * (1.0 + t);
-            let right = (0.5 * v) * ((1.0 - t * t) * d_inner);
-            g * (left + right)
-        },
-    )
+    let dx = |g: f32, v: f32| {
+        let v2 = v * v;
+        let t = (GELU_K * (v + GELU_C * (v * v2))).tanh();
+        let d_inner = GELU_K * (1.0 + (3.0 * GELU_C) * v2);
+        let left = 0.5 * (1.0 + t);
+        let right = (0.5 * v) * ((1.0 - t * t) * d_inner);
+        g * (left + right)
+    };
+    map2(OP, &kernel, grad_output, input, what, &[], dx)
 }
 
 /// Row-wise `log_softmax` of a `[rows×cols]` matrix in a new buffer (`F.log_softmax(x, dim=1)`).

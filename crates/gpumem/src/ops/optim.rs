@@ -5,7 +5,7 @@
 //! (`x.mul_(x)`): each element is read before it is written.
 
 use super::cuda::Arg;
-use super::elementwise::{launch, map, relu_f32, update};
+use super::elementwise::{launch, map, relu_f32, update, update_with};
 use super::{Float, expect_len, host, host_mut, same_device};
 use crate::buffer::Buffer;
 use crate::error::Result;
@@ -89,31 +89,16 @@ fn ternary<T: Float>(
 
 /// `x ← x · other` element-wise in place (`x.mul_(other)`).
 pub fn mul_in_place<T: Float>(x: &mut Buffer<T>, other: &Buffer<T>) -> Result<()> {
-    const OP: &str = "mul_in_place";
-    let dev = x.device().clone();
-    same_device(OP, &dev, other)?;
-    expect_len(OP, "other (the length of x)", other, x.len())?;
-    let n = x.len();
-    if n == 0 {
-        return Ok(());
-    }
-    if dev.is_cuda() {
-        // The product kernel with the output in place of the first operand.
-        let kernel = format!("mul_{}", T::DTYPE);
-        let args = [
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(other.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::U64(n as u64),
-        ];
-        return launch(&dev, OP, &kernel, n, &args);
-    }
-    // SAFETY: cpu buffers; other is copied before x is written.
-    let ov = unsafe { read(other) };
-    for (xv, o) in unsafe { host_mut(x) }.iter_mut().zip(ov) {
-        *xv = T::from_f32(xv.to_f32() * o);
-    }
-    Ok(())
+    // The product kernel with the output in place of the first operand.
+    let kernel = format!("mul_{}", T::DTYPE);
+    let args = [
+        Arg::Ptr(x.ptr()),
+        Arg::Ptr(other.ptr()),
+        Arg::Ptr(x.ptr()),
+        Arg::U64(x.len() as u64),
+    ];
+    let what = "other (the length of x)";
+    update_with("mul_in_place", &kernel, x, other, what, &args, |a, b| a * b)
 }
 
 /// `x ← max(x, 0)` in place (`x.relu_()`); NaN stays NaN and -0 becomes 0.
