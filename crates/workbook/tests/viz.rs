@@ -161,14 +161,21 @@ fn pictures_are_made_for_walkthroughs_that_write_a_snapshot_and_checked() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     made.sort();
-    assert_eq!(made, ["ch01-pics-segments.svg", "ch01-pics-timeline.svg"]);
+    assert_eq!(
+        made,
+        [
+            "ch01-pics-history.json",
+            "ch01-pics-segments.svg",
+            "ch01-pics-timeline.svg"
+        ]
+    );
     let timeline = std::fs::read_to_string(pictures.join("ch01-pics-timeline.svg")).unwrap();
     assert!(timeline.contains("peak reserved 20 MiB"));
 
     let (output, stdout, stderr) = pictures_cmd(true);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("2 pictures of 1 chapters are up to date"),
+        stdout.contains("3 files of 1 chapters are up to date"),
         "{stdout}"
     );
 
