@@ -236,7 +236,7 @@
         };
         var svg = svgElement('svg', { width: width, height: height, role: 'img',
             'aria-label': 'Allocated and reserved bytes after each event; the line marks event '
-                + (current + 1) });
+                + current });
         svg.appendChild(svgElement('path', { d: path(1), class: 'wb-mv-reserved' }));
         svg.appendChild(svgElement('path', { d: path(0), class: 'wb-mv-allocated' }));
         svg.appendChild(svgElement('line', { x1: left, x2: right, y1: bottom, y2: bottom,
@@ -257,8 +257,8 @@
             svg.appendChild(t);
         };
         label('peak ' + size(peak), [left, top - 6], 'start');
-        label('event 1', [left, height - 4], 'start');
-        label('event ' + rows.length, [right, height - 4], 'end');
+        label('event 0', [left, height - 4], 'start');
+        label('event ' + (rows.length - 1), [right, height - 4], 'end');
         var cx = (x(current - 1) + x(current)) / 2;
         svg.appendChild(svgElement('line', { x1: cx, x2: cx, y1: top - 4, y2: bottom + 4,
                                              class: 'wb-mv-cursor' }));
@@ -291,15 +291,24 @@
                 + size(s.size) + ' · live ' + size(live)));
             var bar = element('div', 'wb-mv-bar');
             bar.style.width = (100 * s.size / largest).toFixed(2) + '%';
+            row.appendChild(bar);
+            map.appendChild(row);
+            // Blocks sit at their offset, but each is at least 5 px wide and starts after the
+            // one before, so that a block of 512 B in 2 MiB can still be seen and pointed at.
+            var least = 100 * 5 / Math.max(bar.clientWidth, 1);
+            var end = 0;
             s.blocks.forEach(function (b) {
                 var block = element('div', 'wb-mv-block' + (b.at === current ? ' wb-mv-new' : ''));
-                block.style.left = (100 * b.offset / s.size).toFixed(3) + '%';
-                block.style.width = (100 * b.size / s.size).toFixed(3) + '%';
+                var left = Math.max(100 * b.offset / s.size, end);
+                var width = Math.max(100 * b.size / s.size, least);
+                end = left + width;
+                block.style.left = left.toFixed(3) + '%';
+                block.style.width = width.toFixed(3) + '%';
                 block.tabIndex = 0;
                 block.setAttribute('role', 'button');
                 var words = 'block of ' + size(b.size) + ' (' + size(b.requested)
                     + ' requested) on stream ' + b.stream + ', at offset ' + size(b.offset)
-                    + ' of segment ' + s.number + ', allocated at event ' + (b.at + 1);
+                    + ' of segment ' + s.number + ', allocated at event ' + b.at;
                 if (b.offset === 0) {
                     words = words.replace('at offset 0 B of', 'at the start of');
                 }
@@ -316,8 +325,6 @@
                 block.addEventListener('click', show);
                 bar.appendChild(block);
             });
-            row.appendChild(bar);
-            map.appendChild(row);
         });
     }
 
@@ -364,7 +371,7 @@
         view.go = function (i) {
             current = Math.max(0, Math.min(last, i));
             slider.value = String(current);
-            count.textContent = 'event ' + (current + 1) + ' of ' + (last + 1);
+            count.textContent = 'event ' + current + ' of 0 to ' + last;
             previous.disabled = current === 0;
             next.disabled = current === last;
             view.event.textContent = describe(eventOf(history, history.trace[current]));
@@ -396,6 +403,7 @@
             if (view.timeline.clientWidth !== width) {
                 width = view.timeline.clientWidth;
                 drawTimeline(view, history, current);
+                drawSegments(view, history, current);
             }
         });
         after.insertAdjacentElement('afterend', view);
