@@ -220,7 +220,7 @@ pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
             .chain(std::iter::once(format!("-{HISTORY_SUFFIX}")))
             .find_map(|suffix| name.strip_suffix(&suffix).map(str::to_string));
         if let Some(chapter) = chapter
-            && !chapters.iter().any(|c| *c == chapter)
+            && !chapters.contains(&chapter)
         {
             out.push(name);
         }

@@ -911,7 +911,8 @@ impl BookCheck {
                 if let Some(dir) = &self.screenshots {
                     client
                         .execute(
-                            "document.querySelector('.content .wb-memview').scrollIntoView();",
+                            "document.querySelector('.content .wb-memview').scrollIntoView(); \
+                             window.scrollBy(0, -60);",
                             vec![],
                         )
                         .await
