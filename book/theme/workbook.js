@@ -154,8 +154,11 @@
 
     // The segments after event `last`: each reserved one with its live blocks, by offset.
     function segmentsAt(history, last) {
-        var segments = history.initial.map(function (bytes, i) {
-            return { number: i, size: bytes, blocks: [] };
+        // Segments reserved before recording began, with the blocks known to be live then.
+        var segments = history.initial.map(function (segment, i) {
+            return { number: i, size: segment.size, blocks: segment.blocks.map(function (b) {
+                return { offset: b[0], size: b[1], requested: b[2], stream: b[3], at: -1 };
+            }) };
         });
         var byNumber = {};
         segments.forEach(function (s) {
@@ -308,7 +311,8 @@
                 block.setAttribute('role', 'button');
                 var words = 'block of ' + size(b.size) + ' (' + size(b.requested)
                     + ' requested) on stream ' + b.stream + ', at offset ' + size(b.offset)
-                    + ' of segment ' + s.number + ', allocated at event ' + b.at;
+                    + ' of segment ' + s.number + (b.at < 0 ? ', allocated before recording began'
+                        : ', allocated at event ' + b.at);
                 if (b.offset === 0) {
                     words = words.replace('at offset 0 B of', 'at the start of');
                 }

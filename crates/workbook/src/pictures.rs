@@ -247,8 +247,11 @@ struct TrackedSegment {
 /// allocated bytes: torch's trace gives only the size asked for, which is `requested`); for
 /// segment events it is the segment's (or mapped range's) size; for `oom` the segment that could
 /// not be reserved. `segment` is null when the event lies in no segment the trace reserved.
-/// `before` is `[allocated, reserved]` before the first event, `initial` the segments reserved
-/// before recording began, and `segments` the segment map when the snapshot was taken.
+/// `before` is `[allocated, reserved]` before the first event; `initial` the segments reserved
+/// before recording began, each `{size, blocks}` with the blocks known to be live then
+/// (`[offset, size, requested, stream]`: those the trace frees without allocating, and those
+/// live at the end that no alloc in the trace made); `segments` the segment map when the
+/// snapshot was taken.
 pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
     use gpumem::TraceAction as A;
     let trace = &snapshot.trace;
@@ -270,7 +273,13 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
             reserved: true,
         })
         .collect();
-    let initial: Vec<String> = segments.iter().map(|s| s.size.to_string()).collect();
+    let initial = segments.len();
+    let initial_sizes: Vec<u64> = segments.iter().map(|s| s.size).collect();
+    // Which blocks are live as the trace is replayed, and the blocks that were live before
+    // recording began (freed in the trace without being allocated there, or live at the end
+    // without an alloc in the trace): (segment, offset, size, requested, stream).
+    let mut live = std::collections::BTreeSet::new();
+    let mut live_before: Vec<(usize, u64, u64, u64, u64)> = Vec::new();
     let config = gpumem::AllocatorConfig::default();
     let mut rows = Vec::with_capacity(trace.len());
     let mut before = (0u64, 0u64);
@@ -355,6 +364,15 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
                 A::Oom => (e.allocated, e.reserved),
             };
         }
+        match (e.action, segment) {
+            (A::Alloc, Some(k)) => {
+                live.insert((k, offset));
+            }
+            (A::Free, Some(k)) if !live.remove(&(k, offset)) && k < initial => {
+                live_before.push((k, offset, size, requested, e.stream));
+            }
+            _ => {}
+        }
         let segment = segment.map_or_else(|| "null".to_string(), |k| k.to_string());
         rows.push(format!(
             "[\"{}\",{segment},{offset},{size},{requested},{},{},{}]",
@@ -370,6 +388,15 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
         let number = segments
             .iter()
             .position(|t| t.reserved && t.address <= s.address && s.address < t.address + t.size);
+        if let Some(k) = number.filter(|k| *k < initial) {
+            for b in &s.blocks {
+                let offset = b.address - s.address;
+                if b.state != gpumem::history::BlockState::Inactive && !live.contains(&(k, offset))
+                {
+                    live_before.push((k, offset, b.size, b.requested_size, s.stream));
+                }
+            }
+        }
         let blocks: Vec<String> = s
             .blocks
             .iter()
@@ -404,6 +431,19 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
         ));
     }
     end.sort_by_key(|(number, _)| *number);
+    live_before.sort();
+    let initial: Vec<String> = initial_sizes
+        .iter()
+        .enumerate()
+        .map(|(k, size)| {
+            let blocks: Vec<String> = live_before
+                .iter()
+                .filter(|b| b.0 == k)
+                .map(|b| format!("[{},{},{},{}]", b.1, b.2, b.3, b.4))
+                .collect();
+            format!("{{\"size\":{size},\"blocks\":[{}]}}", blocks.join(","))
+        })
+        .collect();
     let device = serde_json::to_string(&snapshot.device).expect("a string always serialises");
     format!(
         "{{\"device\":{device},\"columns\":[\"action\",\"segment\",\"offset\",\"size\",\"requested\",\

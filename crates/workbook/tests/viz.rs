@@ -213,3 +213,52 @@ fn pictures_of_a_chapter_without_a_snapshot_is_an_error() {
         "{stderr}"
     );
 }
+
+/// Every history the book ships (`book/src/pictures/*-history.json`, which the interactive view
+/// steps through) is whole: replaying its events from the blocks live before recording, the live
+/// blocks add up to the allocated bytes after every event, and each free frees a block of its
+/// size that is live.
+#[test]
+fn the_books_histories_replay_to_their_allocated_totals() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/pictures");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with("-history.json") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let history: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut live = std::collections::BTreeMap::new();
+        for (k, segment) in history["initial"].as_array().unwrap().iter().enumerate() {
+            for b in segment["blocks"].as_array().unwrap() {
+                live.insert((k as u64, b[0].as_u64().unwrap()), b[1].as_u64().unwrap());
+            }
+        }
+        assert_eq!(
+            live.values().sum::<u64>(),
+            history["before"][0].as_u64().unwrap(),
+            "{name}: the blocks live before recording"
+        );
+        for (i, row) in history["trace"].as_array().unwrap().iter().enumerate() {
+            let key = (
+                row[1].as_u64().unwrap_or(u64::MAX),
+                row[2].as_u64().unwrap(),
+            );
+            let size = row[3].as_u64().unwrap();
+            match row[0].as_str().unwrap() {
+                "alloc" => assert!(live.insert(key, size).is_none(), "{name} event {i}"),
+                "free" => assert_eq!(live.remove(&key), Some(size), "{name} event {i}"),
+                _ => {}
+            }
+            assert_eq!(
+                live.values().sum::<u64>(),
+                row[6].as_u64().unwrap(),
+                "{name}: the live blocks after event {i}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no history in {}", dir.display());
+}
