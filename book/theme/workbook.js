@@ -298,7 +298,7 @@
             map.appendChild(row);
             // Blocks sit at their offset, but each is at least 5 px wide and starts after the
             // one before, so that a block of 512 B in 2 MiB can still be seen and pointed at.
-            var least = 100 * 5 / Math.max(bar.clientWidth, 1);
+            var least = bar.clientWidth > 0 ? 100 * 5 / bar.clientWidth : 0;
             var end = 0;
             s.blocks.forEach(function (b) {
                 var block = element('div', 'wb-mv-block' + (b.at === current ? ' wb-mv-new' : ''));
@@ -358,6 +358,9 @@
         [['wb-mv-key-allocated', 'allocated'], ['wb-mv-key-reserved', 'reserved'],
          ['wb-mv-key-live', 'live block'], ['wb-mv-key-new', 'allocated by this event'],
          ['wb-mv-key-free', 'free in a segment']]
+            .concat(history.trace.some(function (r) {
+                return r[0] === 'oom';
+            }) ? [['wb-mv-key-oom', 'out of memory']] : [])
             .forEach(function (k) {
                 var item = element('span', 'wb-mv-key');
                 item.append(element('span', 'wb-mv-swatch ' + k[0]), document.createTextNode(k[1]));
@@ -402,17 +405,23 @@
             e.stopPropagation();
             view.go(current + step);
         });
-        var width = 0;
-        window.addEventListener('resize', function () {
+        after.insertAdjacentElement('afterend', view);
+        view.go(0);
+        // Drawn again at the width it gets: when the window changes, and when a closed
+        // <details> holding it opens (chapter 4's answer in pictures).
+        var width = view.timeline.clientWidth;
+        var redraw = function () {
             if (view.timeline.clientWidth !== width) {
                 width = view.timeline.clientWidth;
                 drawTimeline(view, history, current);
                 drawSegments(view, history, current);
             }
-        });
-        after.insertAdjacentElement('afterend', view);
-        width = view.timeline.clientWidth;
-        view.go(0);
+        };
+        if (typeof ResizeObserver === 'function') {
+            new ResizeObserver(redraw).observe(view.timeline);
+        } else {
+            window.addEventListener('resize', redraw);
+        }
     }
 
     function addHistoryViews() {
