@@ -570,6 +570,44 @@ mod tests {
     }
 
     #[test]
+    fn the_history_names_the_blocks_live_before_recording_began() {
+        use gpumem::history::{BlockInfo, BlockState, SegmentInfo};
+        let base = 0x7f00_0000_0000;
+        let block = |offset: u64, size: u64, requested_size: u64, state| BlockInfo {
+            address: base + offset,
+            size,
+            requested_size,
+            state,
+        };
+        // Before recording: blocks at 0 (kept) and 512 (freed in the trace) in a 2 MiB segment.
+        let snapshot = gpumem::Snapshot {
+            device: "cpu".to_string(),
+            segments: vec![SegmentInfo::new(
+                base,
+                gpumem::StreamId(0),
+                gpumem::Pool::Small,
+                false,
+                vec![
+                    block(0, 512, 100, BlockState::ActiveAllocated),
+                    block(512, 1024, 0, BlockState::Inactive),
+                    block(1536, 512, 8, BlockState::ActiveAllocated),
+                    block(2048, (2 << 20) - 2048, 0, BlockState::Inactive),
+                ],
+            )],
+            trace: vec![
+                entry(TraceAction::Free, base + 512, 1000, 512, 2 << 20),
+                entry(TraceAction::Alloc, base + 1536, 8, 1024, 2 << 20),
+            ],
+        };
+        let history: serde_json::Value = serde_json::from_str(&history_json(&snapshot)).unwrap();
+        assert_eq!(history["before"], serde_json::json!([1536, 2 << 20]));
+        assert_eq!(
+            history["initial"],
+            serde_json::json!([{"size": 2 << 20, "blocks": [[0, 512, 100, 0], [512, 1024, 1000, 0]]}])
+        );
+    }
+
+    #[test]
     fn the_history_names_blocks_by_segment_and_offset_with_the_block_size() {
         use gpumem::history::{BlockInfo, BlockState, SegmentInfo};
         const MIB: u64 = 1 << 20;

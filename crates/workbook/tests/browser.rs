@@ -7,14 +7,18 @@
 //! its warning with the solution hidden until its button is pressed, every link to a solution
 //! page (the chapter's "next" arrow included) lands on that gate, and the search shows no
 //! solution page. Every chapter with a quiz file shows 3 to 5 questions, and a question answered
-//! says whether it was right and shows its explanation.
+//! says whether it was right and shows its explanation. Chapter 3's interactive view of its
+//! pictures steps through the allocator's events (next button, right arrow key) and shows a
+//! block's size, requested size and stream on hover and tap, in the light and navy themes at
+//! 1280 and 390 px.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
 //! fails under CI (`CI=true`, where `.ci/run` installs them) and is skipped with a notice elsewhere,
 //! so that a learner's plain `cargo test` works on a fresh machine; `WORKBOOK_SKIP_BROWSER=1` skips
 //! it always. With `WORKBOOK_SCREENSHOTS=<dir>` it also saves
-//! screenshots of the introduction and chapter 3 in the light and navy themes there; with
+//! screenshots of the introduction and chapter 3 in the light and navy themes there (chapter 3's
+//! interactive view at 1280 and 390 px among them); with
 //! `WORKBOOK_CHROMEDRIVER_LOG=<file>`, chromedriver's verbose log goes to that file.
 
 mod common;
