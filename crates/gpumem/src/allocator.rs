@@ -13,7 +13,9 @@
 use crate::backend::{DevicePtr, RawMemory, ReserveError};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::history::{BlockInfo, BlockState, History, SegmentInfo, Snapshot, TraceAction};
+use crate::history::{
+    BlockInfo, BlockState, History, HistoryOptions, SegmentInfo, Snapshot, TraceAction,
+};
 use crate::stats::{DeviceStats, MemoryStats, Pool};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -251,6 +253,7 @@ impl<B: RawMemory> CachingAllocator<B> {
     }
 
     /// Allocates at least `size` bytes for use on `stream`. `size` 0 is an error-free empty block.
+    #[track_caller]
     pub fn malloc(&self, size: usize, stream: StreamId) -> Result<Allocation> {
         if size as u64 >= ONE_EXA_BYTE {
             return Err(Error::AllocationTooLarge {
@@ -260,6 +263,8 @@ impl<B: RawMemory> CachingAllocator<B> {
         }
         let mut guard = self.lock();
         let st = &mut *guard;
+        st.history
+            .set_call_site(Some(std::panic::Location::caller()));
         if size == 0 {
             return Ok(Allocation {
                 ptr: 0,
@@ -289,9 +294,15 @@ impl<B: RawMemory> CachingAllocator<B> {
         }
         let Some(id) = found else {
             st.stats.num_ooms += 1;
-            st.history
-                .record(TraceAction::Oom, 0, segment_size, stream, &st.stats);
             let (free, total) = self.backend.mem_get_info().unwrap_or((0, 0));
+            // As torch, the OOM entry carries the device's free bytes (`device_free`).
+            st.history.record(
+                TraceAction::Oom,
+                free as u64,
+                segment_size,
+                stream,
+                &st.stats,
+            );
             let allocated = st.stats.allocated_bytes.all.current;
             return Err(Error::OutOfMemory {
                 device: self.device.clone(),
@@ -340,8 +351,13 @@ impl<B: RawMemory> CachingAllocator<B> {
         if oversize {
             st.stats.oversize_allocations.decrease(1);
         }
-        st.history
-            .record(TraceAction::Free, ptr, requested, stream, &st.stats);
+        st.history.record(
+            TraceAction::FreeRequested,
+            ptr,
+            requested,
+            stream,
+            &st.stats,
+        );
         if pending.is_empty() {
             st.free_block(id);
         } else {
@@ -426,14 +442,29 @@ impl<B: RawMemory> CachingAllocator<B> {
         Ok(())
     }
 
-    /// Starts (`true`) or stops recording a trace of allocator events for `snapshot`.
+    /// Starts (`true`: torch's `enabled="all"`, every entry kept) or stops recording a trace of
+    /// allocator events for `snapshot`.
     pub fn record_history(&self, enabled: bool) {
-        self.lock().history.set_enabled(enabled);
+        self.record_history_options(if enabled {
+            HistoryOptions::default()
+        } else {
+            HistoryOptions::off()
+        });
     }
 
-    /// The segments and blocks now, and the recorded trace.
+    /// `record_history` with torch's options (`enabled`, `max_entries`).
+    pub fn record_history_options(&self, options: HistoryOptions) {
+        self.lock().history.set_options(options);
+    }
+
+    /// The segments and blocks now, and the recorded trace (which gets a `snapshot` entry, as
+    /// torch's, when recording).
     pub fn snapshot(&self) -> Snapshot {
-        let st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let active = st.stats.active_bytes.all.current as usize;
+        st.history
+            .record(TraceAction::Snapshot, 0, active, StreamId(0), &st.stats);
         let mut segments = Vec::new();
         for (id, block) in st.blocks.iter().enumerate() {
             let Some(block) = block else { continue };
@@ -472,6 +503,7 @@ impl<B: RawMemory> CachingAllocator<B> {
             device: self.device.clone(),
             segments,
             trace: st.history.entries(),
+            allocator_settings: st.config.clone(),
         }
     }
 
@@ -1218,6 +1250,17 @@ impl State {
             let b = self.block(id);
             (b.size as u64, b.pool)
         };
+        let (ptr, requested, stream) = {
+            let b = self.block(id);
+            (b.ptr, b.requested, b.stream)
+        };
+        self.history.record(
+            TraceAction::FreeCompleted,
+            ptr,
+            requested,
+            stream,
+            &self.stats,
+        );
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         for neighbour in [self.block(id).prev, self.block(id).next] {

@@ -38,7 +38,8 @@
 //! runs of each op on this thread, recomputation included.
 //!
 //! Differences from torch, each visible in the code: tensors are 2-D matrices, vectors or scalars
-//! without broadcasting; there are no version counters (do not modify a saved tensor in place);
+//! without broadcasting; in-place ops take the handle and return it with its new history (other
+//! clones keep the old one); a saved tensor's version counter lives in its memory;
 //! `sum`'s backward materialises the gradient that torch keeps as an expanded view; the engine runs
 //! on the calling thread, latest node first, as torch's does on one device.
 //!
@@ -214,6 +215,17 @@ impl<T: Float> Saved<T> {
         }
     }
 
+    /// The memory's version counter now, and a description for the version error.
+    fn version(&self) -> (u64, String) {
+        match self {
+            Saved::Value(b) => (b.version(), torch_type_name(T::DTYPE, b)),
+            Saved::Index(b) => (
+                b.version(),
+                torch_type_name(DType::F32, b).replace("Float", "Long"),
+            ),
+        }
+    }
+
     /// (address, block bytes) of the memory.
     fn block(&self) -> (u64, usize) {
         match self {
@@ -241,6 +253,8 @@ struct Node<T: Float> {
     /// One entry per input: `None` when that input does not require grad.
     next: Vec<Option<Edge<T>>>,
     saved: RefCell<SavedState<T>>,
+    /// The version of each saved tensor when it was saved (checked when backward unpacks it).
+    saved_versions: Vec<u64>,
     backward: BackwardFn<T>,
 }
 
@@ -593,6 +607,7 @@ impl<T: Float> Tensor<T> {
         saved: Vec<Saved<T>>,
         backward: BackwardFn<T>,
     ) -> Tensor<T> {
+        let saved_versions = saved.iter().map(|s| s.version().0).collect();
         let saved = if DISCARD_SAVED.with(Cell::get) {
             SavedState::Discarded
         } else {
@@ -615,6 +630,7 @@ impl<T: Float> Tensor<T> {
             sequence: NEXT_SEQUENCE.with(|s| s.replace(s.get() + 1)),
             next,
             saved: RefCell::new(saved),
+            saved_versions,
             backward,
         });
         Tensor {
@@ -843,6 +859,175 @@ impl<T: Float> Tensor<T> {
                 Ok(vec![Some(d)])
             }),
         )
+    }
+}
+
+/// In-place ops (`add_`, `mul_`, `relu_`, ...). Each one writes into the tensor's own block (no new
+/// allocation, except `mul_`'s copy of the old values when `other` requires grad, which torch
+/// makes too) and bumps the memory's version counter ([`Buffer::version`], torch's `_version`), so
+/// that a backward that needs the old values fails with torch's message instead of computing a
+/// wrong gradient. They take the handle by value and return it: when a graph is recorded the
+/// result has a new node (torch rebases the tensor's history); other clones of the old handle keep
+/// the old history, where torch would rebase them all.
+impl<T: Float> Tensor<T> {
+    /// `self += other` in place (`tensor.add_(other)`); its node saves nothing.
+    pub fn add_(self, other: &Tensor<T>) -> Result<Tensor<T>> {
+        self.same_shape("add_", other)?;
+        let record = self.check_in_place(&[other])?;
+        let mut data = share(self.data());
+        ops::axpy(1.0, other.data(), &mut data)?;
+        self.finish_in_place(
+            record,
+            "AddBackward0",
+            &[other],
+            Vec::new(),
+            Box::new(|_, g| Ok(vec![Some(share(g)), Some(share(g))])),
+        )
+    }
+
+    /// `self *= s` in place for a number `s` (`tensor.mul_(s)`); its node saves the number only.
+    pub fn mul_scalar_(self, s: f32) -> Result<Tensor<T>> {
+        let record = self.check_in_place(&[])?;
+        let mut data = share(self.data());
+        ops::scale(&mut data, s)?;
+        self.finish_in_place(
+            record,
+            "MulBackward0",
+            &[],
+            Vec::new(),
+            Box::new(move |_, g| {
+                let mut d = g.try_clone()?;
+                ops::scale(&mut d, s)?;
+                Ok(vec![Some(d)])
+            }),
+        )
+    }
+
+    /// `self *= other` element-wise in place (`tensor.mul_(other)`); its node saves `other` (for
+    /// self's gradient) and, when `other` requires grad, a copy of self's old values: the one
+    /// in-place op here that allocates.
+    pub fn mul_(self, other: &Tensor<T>) -> Result<Tensor<T>> {
+        self.same_shape("mul_", other)?;
+        let record = self.check_in_place(&[other])?;
+        let needs = [self.requires_grad(), other.requires_grad()];
+        let mut saved = Vec::new();
+        if record {
+            if needs[0] {
+                saved.push(Saved::Value(share(other.data())));
+            }
+            if needs[1] {
+                saved.push(Saved::Value(self.data().try_clone()?));
+            }
+        }
+        let mut data = share(self.data());
+        ops::mul_in_place(&mut data, other.data())?;
+        self.finish_in_place(
+            record,
+            "MulBackward0",
+            &[other],
+            saved,
+            Box::new(move |saved, g| {
+                let mut it = saved.iter();
+                let da = match needs[0] {
+                    true => Some(ops::mul(g, next_value(&mut it)?)?),
+                    false => None,
+                };
+                let db = match needs[1] {
+                    true => Some(ops::mul(g, next_value(&mut it)?)?),
+                    false => None,
+                };
+                Ok(vec![da, db])
+            }),
+        )
+    }
+
+    /// `max(self, 0)` in place (`tensor.relu_()`, `F.relu(x, inplace=True)`); its node saves the
+    /// result, which is the tensor's own block.
+    pub fn relu_(self) -> Result<Tensor<T>> {
+        let record = self.check_in_place(&[])?;
+        let mut data = share(self.data());
+        ops::relu_in_place(&mut data)?;
+        let saved = if record {
+            vec![Saved::Value(share(self.data()))]
+        } else {
+            Vec::new()
+        };
+        self.finish_in_place(
+            record,
+            "ReluBackward0",
+            &[],
+            saved,
+            Box::new(|saved, g| Ok(vec![Some(ops::relu_backward(g, saved[0].value()?)?)])),
+        )
+    }
+
+    /// The write is allowed (torch's rules); whether it is recorded in the graph.
+    fn check_in_place(&self, others: &[&Tensor<T>]) -> Result<bool> {
+        if self.is_inference() && !is_inference_mode_enabled() {
+            return Err(autograd_error(
+                "Inplace update to inference tensor outside InferenceMode is not allowed.",
+            ));
+        }
+        let record =
+            is_grad_enabled() && (self.requires_grad() || others.iter().any(|t| t.requires_grad()));
+        if record && self.is_leaf() && self.requires_grad() {
+            return Err(autograd_error(
+                "a leaf Variable that requires grad is being used in an in-place operation.",
+            ));
+        }
+        if record && others.iter().any(|t| t.is_inference()) {
+            return Err(autograd_error(
+                "Inference tensors cannot be saved for backward. To work around you can make a \
+                 clone to get a normal tensor and use it in autograd.",
+            ));
+        }
+        Ok(record)
+    }
+
+    /// Bumps the version and, when recorded, gives the same memory a new node whose first input
+    /// is the tensor's old history.
+    fn finish_in_place(
+        self,
+        record: bool,
+        name: &'static str,
+        others: &[&Tensor<T>],
+        saved: Vec<Saved<T>>,
+        backward: BackwardFn<T>,
+    ) -> Result<Tensor<T>> {
+        self.data().bump_version();
+        if !record {
+            return Ok(self);
+        }
+        let mut inputs = vec![&self];
+        inputs.extend_from_slice(others);
+        Ok(Tensor::with_node(
+            name,
+            share(self.data()),
+            self.shape().to_vec(),
+            &inputs,
+            saved,
+            backward,
+        ))
+    }
+
+    /// A copy of the values in a new block (torch's `tensor.clone()`, node `CloneBackward0`,
+    /// which saves nothing). `Tensor::clone` is Rust's: another handle on the same memory.
+    pub fn copy(&self) -> Result<Tensor<T>> {
+        count_forward("copy");
+        let y = self.data().try_clone()?;
+        Tensor::record(
+            "CloneBackward0",
+            y,
+            self.shape().to_vec(),
+            &[self],
+            |_, _| Vec::new(),
+            Box::new(|_, g| Ok(vec![Some(share(g))])),
+        )
+    }
+
+    /// How many in-place writes this tensor's memory has had (`tensor._version`).
+    pub fn version(&self) -> u64 {
+        self.data().version()
     }
 }
 
@@ -1142,6 +1327,7 @@ fn run_engine<T: Float>(root: Rc<Node<T>>, grad: Buffer<T>, retain_graph: bool) 
             continue;
         };
         let saved = take_saved(&node, retain_graph)?;
+        check_versions(&node, &saved)?;
         let grads = (node.backward)(&saved, &g)?;
         // The node's saved tensors and incoming gradient are freed here, before its inputs run.
         drop(saved);
@@ -1200,6 +1386,36 @@ fn take_saved<T: Float>(node: &Node<T>, retain_graph: bool) -> Result<Vec<Saved<
             )))
         }
     }
+}
+
+/// torch's name for a tensor of this type on this device (`torch.cuda.FloatTensor`) with its
+/// element count (the shape is not kept with a saved tensor here).
+fn torch_type_name<U: crate::buffer::Element>(dtype: DType, b: &Buffer<U>) -> String {
+    let kind = match dtype {
+        DType::F32 => "FloatTensor",
+        DType::F16 => "HalfTensor",
+        DType::BF16 => "BFloat16Tensor",
+    };
+    let cuda = if b.device().is_cuda() { "cuda." } else { "" };
+    format!("torch.{cuda}{kind} of {} elements", b.len())
+}
+
+/// Fails, with torch's message, when a saved tensor was written in place after it was saved.
+fn check_versions<T: Float>(node: &Node<T>, saved: &[Saved<T>]) -> Result<()> {
+    for (s, &expected) in saved.iter().zip(&node.saved_versions) {
+        let (now, what) = s.version();
+        if now != expected {
+            return Err(autograd_error(format!(
+                "one of the variables needed for gradient computation has been modified by an \
+                 inplace operation: [{what}], which is saved by {}, is at version {now}; expected \
+                 version {expected} instead. Hint: the variable in question was changed by an \
+                 in-place op (add_, mul_, relu_, an optimizer step) after the forward that saved \
+                 it; use the out-of-place op, or do the in-place write after backward.",
+                node.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `f` on `inputs` without keeping what its ops would save for backward, keeps only the

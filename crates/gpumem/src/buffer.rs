@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::transfer::Direction;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Element types a buffer can hold: plain data with no padding.
@@ -21,6 +22,9 @@ pub(crate) struct Storage {
     stream: RawStream,
     /// Other streams that used this memory (`record_stream`).
     uses: Mutex<Vec<Stream>>,
+    /// torch's version counter: bumped by every in-place write through a tensor, shared by every
+    /// handle on this memory (as torch shares it between a tensor, its views and `detach()`).
+    version: AtomicU64,
 }
 
 impl Drop for Storage {
@@ -60,6 +64,7 @@ fn bytes_for<T>(len: usize) -> usize {
 }
 
 impl Device {
+    #[track_caller]
     fn alloc_storage(&self, bytes: usize, stream: RawStream) -> Result<Arc<Storage>> {
         self.check_setup()?;
         let alloc = self.inner.allocator.malloc(bytes, StreamId(stream.0))?;
@@ -68,9 +73,11 @@ impl Device {
             alloc,
             stream,
             uses: Mutex::new(Vec::new()),
+            version: AtomicU64::new(0),
         }))
     }
 
+    #[track_caller]
     fn buffer<T: Element>(&self, len: usize, stream: RawStream) -> Result<Buffer<T>> {
         let storage = self.alloc_storage(bytes_for::<T>(len), stream)?;
         Ok(Buffer {
@@ -81,6 +88,7 @@ impl Device {
     }
 
     /// `len` zeros of `T` on this device (`torch.zeros`): no host data, no copy.
+    #[track_caller]
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         let buf = self.buffer::<T>(len, RawStream(0))?;
         if len > 0 {
@@ -95,6 +103,7 @@ impl Device {
     }
 
     /// A buffer holding a copy of `data` (one host-to-device copy, `torch.tensor(data, device=..)`).
+    #[track_caller]
     pub fn from_slice<T: Element>(&self, data: &[T]) -> Result<Buffer<T>> {
         let mut buf = self.buffer::<T>(data.len(), RawStream(0))?;
         buf.copy_from_slice(data)?;
@@ -110,6 +119,7 @@ impl Device {
 
 impl Stream {
     /// `len` zeros of `T`, cached for this stream (blocks are reused per stream, as in torch).
+    #[track_caller]
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         let dev = self.device();
         let buf = dev.buffer::<T>(len, self.raw())?;
@@ -159,6 +169,16 @@ impl<T: Element> Buffer<T> {
     /// The stream the buffer was allocated on.
     pub fn stream_id(&self) -> StreamId {
         StreamId(self.storage.stream.0)
+    }
+
+    /// How many in-place writes the memory has had through autograd tensors (`tensor._version`).
+    pub fn version(&self) -> u64 {
+        self.storage.version.load(Ordering::Relaxed)
+    }
+
+    /// Counts one in-place write (what every in-place op does in torch).
+    pub(crate) fn bump_version(&self) {
+        self.storage.version.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether `self` and `other` share the same memory (as after `to` on the same device).

@@ -284,6 +284,20 @@ impl Device {
         self.inner.allocator.snapshot()
     }
 
+    /// `record_memory_history` with torch's options (`enabled`, `max_entries`).
+    pub fn record_memory_history_options(&self, options: crate::HistoryOptions) {
+        self.inner.allocator.record_history_options(options);
+    }
+
+    /// Writes the snapshot as torch's `_dump_snapshot` does: a pickle that PyTorch's viewer
+    /// (pytorch.org/memory_viz) and `python -m torch.cuda._memory_viz` read.
+    pub fn dump_snapshot(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> std::result::Result<(), crate::snapshot_pickle::SnapshotPickleError> {
+        crate::snapshot_pickle::dump_snapshot(&self.snapshot(), path.as_ref())
+    }
+
     /// Caps this process's reserved memory at `fraction` of the device's total memory.
     pub fn set_per_process_memory_fraction(&self, fraction: f64) -> Result<()> {
         self.inner.allocator.set_memory_fraction(fraction)

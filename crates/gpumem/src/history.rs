@@ -2,10 +2,50 @@
 
 use crate::allocator::StreamId;
 use crate::stats::{DeviceStats, Pool};
+use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::panic::Location;
 
-/// How many trace entries are kept (the oldest go first), as torch's default `max_entries`.
-pub const MAX_TRACE_ENTRIES: usize = 100_000;
+/// How many trace entries are kept by default: all of them, as torch's `max_entries=sys.maxsize`.
+pub const MAX_TRACE_ENTRIES: usize = usize::MAX;
+
+/// What `record_memory_history` keeps: torch's `enabled` argument (`None` turns recording off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryLevel {
+    /// torch's `"state"`: information about the memory allocated now; the trace keeps one entry.
+    State,
+    /// torch's `"all"`: additionally a trace of every allocator event.
+    All,
+}
+
+/// The options of `record_memory_history`, as torch's `_record_memory_history(enabled, max_entries=...)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryOptions {
+    /// `None` stops recording (and, as torch, drops the trace).
+    pub enabled: Option<HistoryLevel>,
+    /// The most trace entries kept, the oldest dropped first (torch's ring buffer); at least 1.
+    pub max_entries: usize,
+}
+
+impl Default for HistoryOptions {
+    /// torch's defaults: `enabled="all"`, `max_entries=sys.maxsize`.
+    fn default() -> Self {
+        HistoryOptions {
+            enabled: Some(HistoryLevel::All),
+            max_entries: MAX_TRACE_ENTRIES,
+        }
+    }
+}
+
+impl HistoryOptions {
+    /// Recording off (torch's `enabled=None`).
+    pub fn off() -> Self {
+        HistoryOptions {
+            enabled: None,
+            max_entries: MAX_TRACE_ENTRIES,
+        }
+    }
+}
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -13,8 +53,12 @@ pub const MAX_TRACE_ENTRIES: usize = 100_000;
 pub enum TraceAction {
     /// A block was handed out.
     Alloc,
-    /// A block was given back to the cache.
-    Free,
+    /// A block was freed by the program (torch's `free_requested`); with pending uses on other
+    /// streams it stays active until `free_completed`.
+    #[serde(alias = "free")]
+    FreeRequested,
+    /// A freed block went back to the cache (torch's `free_completed`).
+    FreeCompleted,
     /// A segment was reserved from the device.
     SegmentAlloc,
     /// A segment was returned to the device.
@@ -23,8 +67,69 @@ pub enum TraceAction {
     SegmentMap,
     /// Pages of an expandable segment were unmapped and returned (torch's `segment_unmap`).
     SegmentUnmap,
-    /// An allocation failed for lack of memory.
+    /// An allocation failed for lack of memory; `addr` holds the device's free bytes (torch
+    /// writes it as `device_free`).
     Oom,
+    /// A snapshot was taken; `size` is the active bytes then.
+    Snapshot,
+}
+
+impl TraceAction {
+    /// torch's name for the action in a snapshot's `device_traces`.
+    pub fn torch_name(self) -> &'static str {
+        match self {
+            TraceAction::Alloc => "alloc",
+            TraceAction::FreeRequested => "free_requested",
+            TraceAction::FreeCompleted => "free_completed",
+            TraceAction::SegmentAlloc => "segment_alloc",
+            TraceAction::SegmentFree => "segment_free",
+            TraceAction::SegmentMap => "segment_map",
+            TraceAction::SegmentUnmap => "segment_unmap",
+            TraceAction::Oom => "oom",
+            TraceAction::Snapshot => "snapshot",
+        }
+    }
+
+    /// The action torch calls `name`, if any.
+    pub fn from_torch_name(name: &str) -> Option<TraceAction> {
+        [
+            TraceAction::Alloc,
+            TraceAction::FreeRequested,
+            TraceAction::FreeCompleted,
+            TraceAction::SegmentAlloc,
+            TraceAction::SegmentFree,
+            TraceAction::SegmentMap,
+            TraceAction::SegmentUnmap,
+            TraceAction::Oom,
+            TraceAction::Snapshot,
+        ]
+        .into_iter()
+        .find(|a| a.torch_name() == name)
+    }
+}
+
+/// Where in the program an event happened: torch's `frames` item (`filename`, `line`, `name`).
+/// gpumem knows the caller of `malloc` through `#[track_caller]`: a file and a line, no function
+/// name (`name` is empty).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Frame {
+    /// The source file.
+    pub filename: Cow<'static, str>,
+    /// The line in it.
+    pub line: u64,
+    /// The function (empty: `#[track_caller]` gives none).
+    pub name: Cow<'static, str>,
+}
+
+impl Frame {
+    /// The frame of a call site.
+    pub fn at(site: &'static Location<'static>) -> Frame {
+        Frame {
+            filename: Cow::Borrowed(site.file()),
+            line: u64::from(site.line()),
+            name: Cow::Borrowed(""),
+        }
+    }
 }
 
 /// One event, with the totals right after it (so a timeline can be drawn from the trace alone).
@@ -32,7 +137,8 @@ pub enum TraceAction {
 pub struct TraceEntry {
     /// What happened.
     pub action: TraceAction,
-    /// The block's or segment's address (0 for an OOM).
+    /// The block's or segment's address; for an OOM the device's free bytes (torch's
+    /// `device_free`).
     pub addr: u64,
     /// Bytes: for alloc and free the size that was asked for (as torch's trace), for segments
     /// their size, for an OOM the segment that could not be reserved.
@@ -43,22 +149,64 @@ pub struct TraceEntry {
     pub allocated: u64,
     /// `reserved_bytes.all.current` after the event.
     pub reserved: u64,
+    /// Microseconds since the Unix epoch when it happened (torch's `time_us`).
+    #[serde(default)]
+    pub time_us: u64,
+    /// The call of `malloc` that led to it (alloc, segment_alloc, segment_map and oom entries
+    /// recorded during a `malloc`; none for frees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<Frame>,
 }
 
 /// The trace recorder.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct History {
     enabled: bool,
+    max_entries: usize,
     entries: VecDeque<TraceEntry>,
+    call_site: Option<&'static Location<'static>>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History {
+            enabled: false,
+            max_entries: MAX_TRACE_ENTRIES,
+            entries: VecDeque::new(),
+            call_site: None,
+        }
+    }
 }
 
 impl History {
-    /// Turns recording on or off; turning it on starts a fresh trace.
-    pub fn set_enabled(&mut self, enabled: bool) {
-        if enabled && !self.enabled {
+    /// Applies `record_memory_history`'s options with torch's semantics (`recordHistory` in
+    /// c10/cuda/CUDACachingAllocator.cpp, torch 2.x): turning recording off drops the trace;
+    /// turning it on again, or on while on, keeps what is recorded and sets the bound; `"state"`
+    /// keeps one entry (torch's `max_entries = enabled == "all" ? max_entries : 1`).
+    pub fn set_options(&mut self, options: HistoryOptions) {
+        self.enabled = options.enabled.is_some();
+        self.max_entries = match options.enabled {
+            Some(HistoryLevel::All) => options.max_entries.max(1),
+            Some(HistoryLevel::State) | None => 1,
+        };
+        if !self.enabled {
             self.entries.clear();
         }
-        self.enabled = enabled;
+        while self.entries.len() > self.max_entries {
+            self.entries.pop_front();
+        }
+    }
+
+    /// The call of `malloc` now running: the alloc, segment_alloc, segment_map and oom entries it
+    /// records carry it as their frame (only `malloc` records those).
+    #[inline]
+    pub fn set_call_site(&mut self, site: Option<&'static Location<'static>>) {
+        self.call_site = site;
+    }
+
+    /// Whether events are being recorded.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Adds an entry when recording.
@@ -74,7 +222,7 @@ impl History {
         if !self.enabled {
             return;
         }
-        if self.entries.len() == MAX_TRACE_ENTRIES {
+        if self.entries.len() >= self.max_entries {
             self.entries.pop_front();
         }
         self.entries.push_back(TraceEntry {
@@ -84,6 +232,14 @@ impl History {
             stream: stream.0,
             allocated: stats.allocated_bytes.all.current,
             reserved: stats.reserved_bytes.all.current,
+            time_us: now_us(),
+            frame: match action {
+                TraceAction::Alloc
+                | TraceAction::SegmentAlloc
+                | TraceAction::SegmentMap
+                | TraceAction::Oom => self.call_site.map(Frame::at),
+                _ => None,
+            },
         });
     }
 
@@ -91,6 +247,13 @@ impl History {
     pub fn entries(&self) -> Vec<TraceEntry> {
         self.entries.iter().cloned().collect()
     }
+}
+
+/// Microseconds since the Unix epoch (0 if the clock is before it).
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The state of one block in a segment.
@@ -176,6 +339,9 @@ pub struct Snapshot {
     pub segments: Vec<SegmentInfo>,
     /// Recorded events, oldest first (empty unless `record_memory_history(true)`).
     pub trace: Vec<TraceEntry>,
+    /// The allocator's settings when the snapshot was taken (torch's `allocator_settings`).
+    #[serde(skip)]
+    pub allocator_settings: crate::AllocatorConfig,
 }
 
 impl Snapshot {

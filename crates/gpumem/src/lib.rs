@@ -6,7 +6,8 @@
 //! - policy: [`allocator`] — pools, blocks, splitting, stats; it knows nothing of CUDA;
 //! - safe surface: [`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`], stats;
 //! - compute: [`ops`] — GEMM, element-wise kernels and a tiny model, on both devices;
-//! - [`autograd`] — tensors that record a graph, save what torch saves, and free it in backward.
+//! - [`autograd`] — tensors that record a graph, save what torch saves, and free it in backward;
+//! - [`optim`] — SGD, Adam and AdamW with their state on the device, as torch keeps it.
 
 #![warn(missing_docs)]
 
@@ -23,7 +24,9 @@ pub mod error;
 pub mod format;
 pub mod history;
 pub mod ops;
+pub mod optim;
 pub mod pinned;
+pub mod snapshot_pickle;
 pub mod stats;
 pub mod stream;
 pub mod testing;
@@ -37,7 +40,9 @@ pub use config::AllocatorConfig;
 pub use device::{Device, DeviceKind};
 pub use error::{Error, Result};
 pub use format::format_bytes;
-pub use history::{Snapshot, SnapshotRequest, TraceAction, TraceEntry};
+pub use history::{
+    HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, TraceAction, TraceEntry,
+};
 pub use pinned::{HostMemoryStats, PinnedBuffer};
 pub use stats::{MemoryStats, Pool};
 pub use stream::{Event, Stream};

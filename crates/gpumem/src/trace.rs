@@ -235,45 +235,76 @@ impl AllocTrace {
     /// Turns history entries into a trace: allocs get ids in order, frees are matched to them by
     /// address, streams are numbered 0 (the default stream), 1, 2… in order of appearance.
     ///
-    /// Frees of blocks allocated before recording began are left out (they cannot be replayed);
-    /// segment and OOM entries are the allocator's own doing and are left out too. Sizes are the
+    /// A free is the program's `free_requested` (its `free_completed`, later when other streams
+    /// still used the block, is the allocator's doing). Frees of blocks allocated before recording
+    /// began are left out (they cannot be replayed); segment, snapshot and OOM entries are the
+    /// allocator's own doing and are left out too. Sizes are the
     /// entries' sizes: the history records block sizes, so a request's rounding is already in them.
     pub fn from_entries(entries: &[TraceEntry], description: impl Into<String>) -> AllocTrace {
-        let mut trace = AllocTrace::new(description);
-        let mut live: HashMap<u64, u64> = HashMap::new();
-        let mut streams: HashMap<u64, u64> = HashMap::from([(0, 0)]);
-        let mut next_id = 0;
-        for entry in entries {
-            match entry.action {
-                TraceAction::Alloc => {
-                    // A complete history frees an address before handing it out again; if not,
-                    // the older block is freed first so that the trace stays replayable.
-                    if let Some(old) = live.remove(&entry.addr) {
-                        trace.events.push(TraceEvent::Free { id: old });
-                    }
-                    let next_stream = streams.len() as u64;
-                    let stream = *streams.entry(entry.stream).or_insert(next_stream);
-                    trace.events.push(TraceEvent::Alloc {
-                        id: next_id,
-                        size: entry.size,
-                        stream,
-                    });
-                    live.insert(entry.addr, next_id);
-                    next_id += 1;
-                }
-                TraceAction::Free => {
-                    if let Some(id) = live.remove(&entry.addr) {
-                        trace.events.push(TraceEvent::Free { id });
-                    }
-                }
-                TraceAction::SegmentAlloc
-                | TraceAction::SegmentFree
-                | TraceAction::SegmentMap
-                | TraceAction::SegmentUnmap
-                | TraceAction::Oom => {}
-            }
+        let mut builder = EntryConverter::new(description);
+        entries.iter().for_each(|e| builder.push(e));
+        builder.finish()
+    }
+}
+
+/// [`AllocTrace::from_entries`] one entry at a time, so that a snapshot's trace can be turned
+/// into a replayable one as it is read (the entries are never all held).
+#[derive(Debug)]
+pub struct EntryConverter {
+    trace: AllocTrace,
+    live: HashMap<u64, u64>,
+    streams: HashMap<u64, u64>,
+    next_id: u64,
+}
+
+impl EntryConverter {
+    /// An empty trace with a description.
+    pub fn new(description: impl Into<String>) -> EntryConverter {
+        EntryConverter {
+            trace: AllocTrace::new(description),
+            live: HashMap::new(),
+            streams: HashMap::from([(0, 0)]),
+            next_id: 0,
         }
-        trace
+    }
+
+    /// Adds one history entry.
+    pub fn push(&mut self, entry: &TraceEntry) {
+        match entry.action {
+            TraceAction::Alloc => {
+                // A complete history frees an address before handing it out again; if not,
+                // the older block is freed first so that the trace stays replayable.
+                if let Some(old) = self.live.remove(&entry.addr) {
+                    self.trace.events.push(TraceEvent::Free { id: old });
+                }
+                let next_stream = self.streams.len() as u64;
+                let stream = *self.streams.entry(entry.stream).or_insert(next_stream);
+                self.trace.events.push(TraceEvent::Alloc {
+                    id: self.next_id,
+                    size: entry.size,
+                    stream,
+                });
+                self.live.insert(entry.addr, self.next_id);
+                self.next_id += 1;
+            }
+            TraceAction::FreeRequested => {
+                if let Some(id) = self.live.remove(&entry.addr) {
+                    self.trace.events.push(TraceEvent::Free { id });
+                }
+            }
+            TraceAction::FreeCompleted
+            | TraceAction::Snapshot
+            | TraceAction::SegmentAlloc
+            | TraceAction::SegmentFree
+            | TraceAction::SegmentMap
+            | TraceAction::SegmentUnmap
+            | TraceAction::Oom => {}
+        }
+    }
+
+    /// The trace so far.
+    pub fn finish(self) -> AllocTrace {
+        self.trace
     }
 }
 
@@ -390,7 +421,31 @@ pub fn replay<B: RawMemory>(
     allocator: &CachingAllocator<B>,
     trace: &AllocTrace,
 ) -> Result<ReplayStats, ReplayError> {
-    let (steps, summary) = compile(&trace.events)?;
+    replay_inner(allocator, trace, false).0
+}
+
+/// [`replay`] with the allocator's history recorded, and its snapshot taken before the blocks
+/// still live are freed (at the failing event, if one fails): the state after the replay, its
+/// trace included, for `workbook replay --snapshot-out`.
+pub fn replay_recorded<B: RawMemory>(
+    allocator: &CachingAllocator<B>,
+    trace: &AllocTrace,
+) -> (Result<ReplayStats, ReplayError>, Option<Snapshot>) {
+    replay_inner(allocator, trace, true)
+}
+
+fn replay_inner<B: RawMemory>(
+    allocator: &CachingAllocator<B>,
+    trace: &AllocTrace,
+    record: bool,
+) -> (Result<ReplayStats, ReplayError>, Option<Snapshot>) {
+    let (steps, summary) = match compile(&trace.events) {
+        Ok(compiled) => compiled,
+        Err(e) => return (Err(e.into()), None),
+    };
+    if record {
+        allocator.record_history(true);
+    }
     let before = allocator.device_stats();
     allocator.reset_peak_stats();
     let mut slots: Vec<Option<Allocation>> = vec![None; summary.allocs];
@@ -414,14 +469,18 @@ pub fn replay<B: RawMemory>(
     }
     let elapsed = start.elapsed();
     let after = allocator.device_stats();
+    let snapshot = record.then(|| allocator.snapshot());
     for block in slots.into_iter().flatten() {
         allocator.free(block, Vec::new());
     }
     allocator.empty_cache();
-    if let Some((index, source)) = failure {
-        return Err(ReplayError::Alloc { index, source });
+    if record {
+        allocator.record_history(false);
     }
-    Ok(ReplayStats {
+    if let Some((index, source)) = failure {
+        return (Err(ReplayError::Alloc { index, source }), snapshot);
+    }
+    let stats = ReplayStats {
         events: steps.len(),
         summary,
         peak_requested: after.requested_bytes.all.peak,
@@ -431,7 +490,8 @@ pub fn replay<B: RawMemory>(
         num_device_free: after.num_device_free - before.num_device_free,
         num_alloc_retries: after.num_alloc_retries - before.num_alloc_retries,
         elapsed,
-    })
+    };
+    (Ok(stats), snapshot)
 }
 
 /// A trace event with ids turned into dense slots, ready to replay.
@@ -844,15 +904,17 @@ mod tests {
             stream,
             allocated: 0,
             reserved: 0,
+            time_us: 0,
+            frame: None,
         };
         let entries = [
-            entry(TraceAction::Free, 0x900, 512, 0), // allocated before recording began
+            entry(TraceAction::FreeRequested, 0x900, 512, 0), // allocated before recording began
             entry(TraceAction::SegmentAlloc, 0x1000, 2 << 20, 0),
             entry(TraceAction::Alloc, 0x1000, 512, 0),
             entry(TraceAction::Alloc, 0x1200, 1024, 77),
-            entry(TraceAction::Free, 0x1000, 512, 0),
+            entry(TraceAction::FreeRequested, 0x1000, 512, 0),
             entry(TraceAction::Alloc, 0x1000, 512, 0), // the same address, a new block
-            entry(TraceAction::Free, 0x1200, 1024, 77),
+            entry(TraceAction::FreeRequested, 0x1200, 1024, 77),
         ];
         let trace = AllocTrace::from_entries(&entries, "test");
         use TraceEvent::{Alloc, Free};

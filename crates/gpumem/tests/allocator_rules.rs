@@ -473,14 +473,17 @@ fn history_records_allocations_segments_and_ooms() {
         [
             TraceAction::SegmentAlloc,
             TraceAction::Alloc,
-            TraceAction::Free,
+            TraceAction::FreeRequested,
+            TraceAction::FreeCompleted,
             TraceAction::SegmentFree,
-            TraceAction::Oom
+            TraceAction::Oom,
+            TraceAction::Snapshot
         ]
     );
+    // Each snapshot taken while recording adds a `snapshot` entry, as torch's.
     let json = a.snapshot().to_json();
     let back = gpumem::Snapshot::from_json(&json).unwrap();
-    assert_eq!(back.trace.len(), 5);
+    assert_eq!(back.trace.len(), 8);
     assert_eq!(back.trace[1].allocated, 512);
     assert_eq!(back.trace[1].reserved, 2 * MIB as u64);
 }
@@ -540,7 +543,9 @@ fn trace_entries_carry_the_requested_size_as_torchs_do() {
         [
             (TraceAction::SegmentAlloc, 2 * MIB as u64),
             (TraceAction::Alloc, 1000),
-            (TraceAction::Free, 1000)
+            (TraceAction::FreeRequested, 1000),
+            (TraceAction::FreeCompleted, 1000),
+            (TraceAction::Snapshot, 0)
         ]
     );
 }

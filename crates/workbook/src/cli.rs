@@ -46,6 +46,8 @@ pub enum Command {
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit
     /// XML, CSV, and a feedback report per student.
     Grade(GradeArgs),
+    /// Package the grader for a hosted autograder (`export gradescope --out autograder.zip`).
+    Export(ExportArgs),
     /// Draw a gpumem snapshot as SVG: memory over time, and each segment with its blocks.
     Viz(VizArgs),
     /// Make the book's pictures from each chapter's walkthrough, or check they are up to date.
@@ -59,8 +61,9 @@ pub enum Command {
 #[derive(Debug, Args)]
 #[command(after_help = "The trace format and the committed traces: bench/README.md.")]
 pub struct ReplayArgs {
-    /// Trace files (JSON, `"format": "gpumem-alloc-trace"`).
-    #[arg(value_name = "TRACE.json", required = true)]
+    /// Trace files (JSON, `"format": "gpumem-alloc-trace"`), or PyTorch snapshot pickles
+    /// (`torch.cuda.memory._dump_snapshot`), whose device_traces are replayed.
+    #[arg(value_name = "TRACE.json|SNAPSHOT.pickle", required = true)]
     pub traces: Vec<PathBuf>,
     /// The memory behind the allocator: cpu (host memory), cuda or cuda:N (cuMemAlloc).
     #[arg(long, value_name = "DEVICE", default_value = "cpu")]
@@ -82,6 +85,10 @@ pub struct ReplayArgs {
     /// (set_per_process_memory_fraction; garbage_collection_threshold needs one, as in torch).
     #[arg(long = "memory-fraction", value_name = "F", requires = "alloc_conf")]
     pub memory_fraction: Option<f64>,
+    /// Write the allocator's state after the replay (one trace, at most one --alloc-conf) as a
+    /// PyTorch snapshot pickle, for pytorch.org/memory_viz.
+    #[arg(long = "snapshot-out", value_name = "FILE.pickle")]
+    pub snapshot_out: Option<PathBuf>,
 }
 
 /// Flags of `workbook verify`.
@@ -278,6 +285,10 @@ pub struct GradeArgs {
     /// Keep the test executables of every graded chapter (about 20 MB each) under target/workbook.
     #[arg(long)]
     pub keep_builds: bool,
+    /// Run the tests without the bubblewrap sandbox (where it cannot run): the learners' code then
+    /// runs with your permissions and can forge its results. Only for code you trust.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 /// The `--memory-limit` of `check`, `watch` and `grade`: bytes, or no limit.
@@ -318,7 +329,8 @@ pub enum GradeFormat {
                   `std::fs::write(path, dev.snapshot().to_json())` after it."
 )]
 pub struct VizArgs {
-    /// The snapshot: the JSON that `dev.snapshot().to_json()` writes.
+    /// The snapshot: the JSON that `dev.snapshot().to_json()` writes, or a snapshot pickle
+    /// (`dev.dump_snapshot`, PyTorch's `torch.cuda.memory._dump_snapshot`).
     #[arg(value_name = "SNAPSHOT")]
     pub snapshot: PathBuf,
     /// The SVG file to write.
@@ -344,4 +356,35 @@ pub struct PicturesArgs {
     /// Write nothing; exit with 1 when a committed picture differs from what the code makes.
     #[arg(long)]
     pub check: bool,
+}
+
+/// `workbook export`: the grader, packaged for a hosted autograder.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// What to package it for.
+    #[command(subcommand)]
+    pub target: ExportTarget,
+}
+
+/// The autograders `workbook export` packages for.
+#[derive(Debug, Subcommand)]
+pub enum ExportTarget {
+    /// Gradescope's zip: setup.sh (Rust, bubblewrap, the tests built once), run_autograder (grades
+    /// /autograder/submission into /autograder/results/results.json), the workspace.
+    Gradescope(ExportGradescopeArgs),
+}
+
+/// `workbook export gradescope`.
+#[derive(Debug, Args)]
+pub struct ExportGradescopeArgs {
+    /// Where to write the zip.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Hidden tests to grade with too: FOLDER/<chapter>/*.rs and points.toml, as for `grade`.
+    #[arg(long, value_name = "FOLDER")]
+    pub hidden_tests: Option<PathBuf>,
+    /// run_autograder grades with `grade --no-sandbox` (where the sandbox cannot run): each
+    /// submission is then isolated only by Gradescope's container, and can forge its results.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }

@@ -49,6 +49,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             doctor::Health::Broken => ExitCode::FAILURE,
         }),
         Command::Grade(args) => grade::command(cli.root.as_deref(), &args),
+        Command::Export(args) => match args.target {
+            cli::ExportTarget::Gradescope(args) => {
+                grade::export::command(
+                    cli.root.as_deref(),
+                    &args.out,
+                    args.hidden_tests.as_deref(),
+                    args.no_sandbox,
+                )?;
+                Ok(ExitCode::SUCCESS)
+            }
+        },
         Command::Verify(args) => {
             let repo = Repo::from_option(cli.root.as_deref())?;
             let options = verify::VerifyOptions {

@@ -537,6 +537,7 @@ mod tests {
             device: "cpu".to_string(),
             segments: Vec::new(),
             trace: Vec::new(),
+            allocator_settings: Default::default(),
         };
         let made = pictures_of("ch09-x", &snapshot);
         let files: Vec<&str> = made.iter().map(|p| p.file.as_str()).collect();

@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use gpumem::backend::{DeviceBackend, RawMemory};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::backend_cuda::CudaBackend;
-use gpumem::trace::{AllocTrace, ReplayError, ReplayStats, replay};
+use gpumem::snapshot_pickle;
+use gpumem::trace::{AllocTrace, ReplayError, ReplayStats, replay, replay_recorded};
 use gpumem::{AllocatorConfig, CachingAllocator, DeviceKind, format_bytes};
 use std::path::Path;
 use std::process::ExitCode;
@@ -107,6 +108,98 @@ pub fn read_trace(path: &Path) -> Result<AllocTrace> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     AllocTrace::from_json(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// The traces in a file, with their names: one for a gpumem trace (its file name), one per device
+/// with entries for a PyTorch snapshot pickle (`name` alone when it has one device, else
+/// `name:cuda:N`). A pickle is read as a stream (`gpumem::snapshot_pickle`): what is held is the
+/// replayable events, 24 bytes each, not the snapshot's entries.
+pub fn read_traces(path: &Path) -> Result<Vec<(String, AllocTrace)>> {
+    let name = path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into(),
+    );
+    if !snapshot_pickle::is_pickle(path) {
+        return Ok(vec![(name, read_trace(path)?)]);
+    }
+    let traces = snapshot_pickle::read_alloc_traces(path)
+        .with_context(|| format!("reading the snapshot {}", path.display()))?;
+    let one = traces.len() == 1;
+    Ok(traces
+        .into_iter()
+        .map(|(device, trace)| {
+            let label = if one {
+                name.clone()
+            } else {
+                format!("{name}:cuda:{device}")
+            };
+            (label, trace)
+        })
+        .collect())
+}
+
+/// `--snapshot-out FILE`: replays the only trace once more under `config` with the history
+/// recorded, and writes the state after it (at the failing event, if one fails) as a PyTorch
+/// snapshot pickle.
+fn write_snapshot_out(
+    out: &Path,
+    traces: &[(String, AllocTrace)],
+    target: Target,
+    config: &AllocatorConfig,
+    memory_fraction: Option<f64>,
+) -> Result<()> {
+    let [(_, trace)] = traces else {
+        bail!(
+            "--snapshot-out writes one snapshot: give one trace (these files hold {})",
+            traces.len()
+        );
+    };
+    fn recorded<B: RawMemory>(
+        backend: B,
+        name: &str,
+        config: &AllocatorConfig,
+        fraction: Option<f64>,
+        trace: &AllocTrace,
+    ) -> Result<gpumem::Snapshot> {
+        let allocator = CachingAllocator::new(backend, name, config.clone());
+        if let Some(f) = fraction {
+            allocator.set_memory_fraction(f)?;
+        }
+        let (result, snapshot) = replay_recorded(&allocator, trace);
+        match result {
+            Ok(_) => {}
+            Err(ReplayError::Alloc { source, .. }) if source.is_out_of_memory() => {}
+            Err(e) => return Err(e.into()),
+        }
+        snapshot.context("the replay stopped before it began")
+    }
+    let snapshot = match target.kind {
+        DeviceKind::Cpu => recorded(
+            CpuBackend::new(target.capacity),
+            "cpu",
+            config,
+            memory_fraction,
+            trace,
+        )?,
+        DeviceKind::Cuda(n) => {
+            let backend = CudaBackend::new(n).with_context(|| format!("opening cuda:{n}"))?;
+            recorded(
+                backend,
+                &format!("cuda:{n}"),
+                config,
+                memory_fraction,
+                trace,
+            )?
+        }
+    };
+    snapshot_pickle::dump_snapshot(&snapshot, out)?;
+    eprintln!(
+        "wrote {} ({} segments, {} trace entries): open it at pytorch.org/memory_viz",
+        out.display(),
+        snapshot.segments.len(),
+        snapshot.trace.len()
+    );
+    Ok(())
 }
 
 /// One trace replayed under one allocator setting: what `--alloc-conf` compares.
@@ -240,12 +333,13 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
         settings.push((text.as_str(), config));
     }
     let mut rows = Vec::new();
+    let mut all = Vec::new();
     for path in &args.traces {
-        let trace = read_trace(path)?;
-        let name = path.file_stem().map_or_else(
-            || path.display().to_string(),
-            |s| s.to_string_lossy().into(),
-        );
+        for (name, trace) in read_traces(path)? {
+            all.push((path, name, trace));
+        }
+    }
+    for (path, name, trace) in &all {
         for (text, config) in &settings {
             let device = target.kind.to_string();
             let setup = WhatIfSetup {
@@ -255,11 +349,11 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
                 memory_fraction: args.memory_fraction,
             };
             let row = match target.kind {
-                DeviceKind::Cpu => what_if(CpuBackend::new(target.capacity), &setup, &name, &trace),
+                DeviceKind::Cpu => what_if(CpuBackend::new(target.capacity), &setup, name, trace),
                 DeviceKind::Cuda(n) => {
                     let backend =
                         CudaBackend::new(n).with_context(|| format!("opening cuda:{n}"))?;
-                    what_if(backend, &setup, &name, &trace)
+                    what_if(backend, &setup, name, trace)
                 }
             }
             .with_context(|| format!("replaying {} with {text:?}", path.display()))?;
@@ -283,6 +377,13 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
                 println!("note ({text}): {note}");
             }
         }
+    }
+    if let Some(out) = &args.snapshot_out {
+        let [(_, config)] = settings.as_slice() else {
+            bail!("--snapshot-out writes one snapshot: give at most one --alloc-conf");
+        };
+        let traces: Vec<_> = all.into_iter().map(|(_, n, t)| (n, t)).collect();
+        write_snapshot_out(out, &traces, target, config, args.memory_fraction)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -308,21 +409,24 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
     }
     let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
     let mut results = Vec::new();
+    let mut all = Vec::new();
     for path in &args.traces {
-        let trace = read_trace(path)?;
-        let (stats, ns_per_event) = replay_trace(&trace, target, &config, args.repeat)
-            .with_context(|| format!("replaying {}", path.display()))?;
-        results.push(TraceResult {
-            name: path.file_stem().map_or_else(
-                || path.display().to_string(),
-                |s| s.to_string_lossy().into(),
-            ),
-            path: path.display().to_string(),
-            description: trace.description,
-            stats,
-            ns_per_event,
-            repeats: args.repeat,
-        });
+        for (name, trace) in read_traces(path)? {
+            let (stats, ns_per_event) = replay_trace(&trace, target, &config, args.repeat)
+                .with_context(|| format!("replaying {}", path.display()))?;
+            results.push(TraceResult {
+                name: name.clone(),
+                path: path.display().to_string(),
+                description: trace.description.clone(),
+                stats,
+                ns_per_event,
+                repeats: args.repeat,
+            });
+            all.push((name, trace));
+        }
+    }
+    if let Some(out) = &args.snapshot_out {
+        write_snapshot_out(out, &all, target, &config, None)?;
     }
     if args.json {
         println!("{}", to_json(&results, target));

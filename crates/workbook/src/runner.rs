@@ -5,6 +5,7 @@
 //! each test starts with a fresh runtime (gpumem's statistics are per process). `verify` and the
 //! grader use the same three steps: [`build_tests`], [`list_tests`], [`run_tests`].
 
+use crate::grade::sandbox::{self, Sandbox};
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -12,8 +13,14 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+
+/// How long the grader waits for a test's output streams to end once the test process is gone
+/// (a process it left behind, outside a sandbox, may hold them open for ever).
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
+/// How long the grader waits for a killed sandbox to report that its processes are gone.
+const SANDBOX_GRACE: Duration = Duration::from_secs(10);
 
 /// How many of the compiler's errors a build failure keeps.
 pub const MAX_BUILD_ERRORS: usize = 3;
@@ -204,10 +211,25 @@ pub struct TestCase {
 
 /// The tests of every executable, in the order `<exe> --list --format terse` gives them.
 pub fn list_tests(binaries: &[TestBinary]) -> Result<Vec<TestCase>> {
+    list_tests_in(binaries, None)
+}
+
+/// [`list_tests`], each executable run in `sandbox` when given (grading: the executables hold the
+/// learner's code).
+pub fn list_tests_in(binaries: &[TestBinary], sandbox: Option<&Sandbox>) -> Result<Vec<TestCase>> {
     let mut cases = Vec::new();
     for bin in binaries {
-        let output = Command::new(&bin.path)
-            .args(["--list", "--format", "terse"])
+        let args = ["--list", "--format", "terse"];
+        // Kept alive until the listing ends: it holds what the sandbox is given.
+        let mut prepared = sandbox
+            .map(|sandbox| sandbox.command(&bin.path, &args, None, &[]))
+            .transpose()?;
+        let mut plain = Command::new(&bin.path);
+        let cmd = match &mut prepared {
+            Some(prepared) => &mut prepared.command,
+            None => plain.args(args),
+        };
+        let output = cmd
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("listing the tests of {}", bin.path.display()))?;
@@ -245,8 +267,12 @@ pub struct RunOptions {
     /// Extra environment variables for the test process.
     pub env: Vec<(String, String)>,
     /// Bytes of memory the test process may have (`RLIMIT_DATA`: its heap and private writable
-    /// mappings); past it an allocation fails. `None`: no limit.
+    /// mappings); past it an allocation fails. `None`: no limit. In a sandbox it is the address
+    /// space instead (see [`Sandbox::command`]).
     pub memory_limit: Option<u64>,
+    /// Run each test in this sandbox (grading); `None`: as a plain child process (`check`,
+    /// `verify`, `grade --no-sandbox`).
+    pub sandbox: Option<Arc<Sandbox>>,
 }
 
 impl Default for RunOptions {
@@ -257,6 +283,7 @@ impl Default for RunOptions {
             cwd: None,
             env: Vec::new(),
             memory_limit: None,
+            sandbox: None,
         }
     }
 }
@@ -329,6 +356,9 @@ pub struct TestOutcome {
 /// toolchain) or there is no `/dev/fd`, its `test result: ok. 1 passed` line on stdout is the
 /// report.
 pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
+    if let Some(sandbox) = &options.sandbox {
+        return run_sandboxed(case, options, sandbox);
+    }
     let log = if harness_has_logfile(&case.binary) {
         Some(log_pipe().context("creating a pipe for the test harness's log")?)
     } else {
@@ -430,8 +460,8 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     };
     let _ = waiter.join();
     let duration = start.elapsed();
-    let stdout = stdout.map(join_reader).unwrap_or_default();
-    let stderr = stderr.map(join_reader).unwrap_or_default();
+    let stdout = stdout.map(finish_reader).unwrap_or_default();
+    let stderr = stderr.map(finish_reader).unwrap_or_default();
     // The harness warns (without a newline) that `--logfile` is deprecated: not the test's words.
     let stderr = match stderr.strip_prefix(LOGFILE_WARNING) {
         Some(rest) if log.is_some() => rest.strip_prefix('\n').unwrap_or(rest).to_string(),
@@ -444,6 +474,122 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
             .lines()
             .any(|l| l.starts_with("test result: ok. 1 passed;")),
     };
+    let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
+    Ok(TestOutcome {
+        case: case.clone(),
+        verdict,
+        message,
+        stdout,
+        stderr,
+        duration,
+    })
+}
+
+/// [`run_test`] in `sandbox`: the test executable runs in a fresh bubblewrap sandbox (see
+/// [`sandbox`]). It passes only when the sandbox exits with status 0, the harness's log (a file
+/// bound into the sandbox, named on its command line) records it as passed, and exactly one
+/// writer closed that log: the harness, which opens it before any of the learner's code runs.
+/// At the time limit the first process of the sandbox's PID namespace is killed, which ends
+/// every process in it; the grader goes on only once bwrap, which waits for that, has exited.
+fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Result<TestOutcome> {
+    let args = [
+        "--exact",
+        &case.name,
+        "--test-threads=1",
+        "--include-ignored",
+        "--color",
+        "never",
+        "--logfile",
+        sandbox::LOG_PATH,
+    ];
+    // The test's environment inside; its manifest folder is the scratch folder there.
+    let env: Vec<(String, String)> = options
+        .env
+        .iter()
+        .map(|(key, value)| {
+            let value = if key == "CARGO_MANIFEST_DIR" {
+                sandbox::SCRATCH.to_string()
+            } else {
+                value.clone()
+            };
+            (key.clone(), value)
+        })
+        .collect();
+    let mut prepared = sandbox.command(&case.binary, &args, options.memory_limit, &env)?;
+    prepared
+        .command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    die_with_parent(&mut prepared.command);
+    let start = Instant::now();
+    let mut child = prepared
+        .command
+        .spawn()
+        .with_context(|| format!("starting {} for {}", sandbox.bwrap().display(), case.name))?;
+    prepared.spawned();
+    let bwrap_pid = child.id() as libc::pid_t;
+    let info = prepared.info;
+    let (pid_tx, pid_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = pid_tx.send(sandbox::read_child_pid(info));
+    });
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| read_capped(s, options.output_limit));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| read_capped(s, options.output_limit));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(options.timeout) {
+        Ok(status) => Some(status.context("waiting for a sandboxed test")?),
+        Err(mpsc::RecvTimeoutError::Timeout) => None,
+        Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of a sandboxed test"),
+    };
+    if status.is_none() {
+        // Kills the namespace's first process (and so all of them), then waits for bwrap to see
+        // it gone; bwrap itself only if that does not happen.
+        if let Ok(Some(pid)) = pid_rx.recv_timeout(OUTPUT_GRACE) {
+            // SAFETY: sends a signal; the process is not reaped yet (bwrap has not exited).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        if rx.recv_timeout(SANDBOX_GRACE).is_err() {
+            // SAFETY: signals the process group bwrap leads; it is not reaped yet.
+            unsafe { libc::kill(-bwrap_pid, libc::SIGKILL) };
+            let _ = rx.recv();
+        }
+    }
+    let duration = start.elapsed();
+    let stdout = stdout.map(finish_reader).unwrap_or_default();
+    let stderr = stderr.map(finish_reader).unwrap_or_default();
+    let stderr = match stderr.strip_prefix(LOGFILE_WARNING) {
+        Some(rest) => rest.strip_prefix('\n').unwrap_or(rest).to_string(),
+        None => stderr,
+    };
+    let log = prepared.log.finish();
+    if let Some(status) = status
+        && log.is_none()
+        && !status.success()
+        && stderr.starts_with("bwrap: ")
+    {
+        bail!(
+            "the sandbox could not start {}: {}",
+            case.name,
+            stderr.lines().next().unwrap_or("").trim()
+        );
+    }
+    // bwrap exits with the test's status, or 128 + the signal that killed it.
+    let status = status.map(|s| match s.code() {
+        Some(code) if (129..=192).contains(&code) => ExitStatus::from_raw(code - 128),
+        _ => s,
+    });
+    let reported = log.is_some_and(|log| harness_log_says_ok(&log, &case.name));
     let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
     Ok(TestOutcome {
         case: case.clone(),
@@ -516,41 +662,59 @@ pub fn run_tests(
         .collect()
 }
 
-type Reader = std::thread::JoinHandle<String>;
+/// What a reader thread has kept of a stream so far.
+#[derive(Default)]
+struct Captured {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    dropped: usize,
+}
+
+/// A stream being read on a thread of its own: what it kept, and a signal once it reached its end.
+struct Reader {
+    captured: Arc<Mutex<Captured>>,
+    done: mpsc::Receiver<()>,
+}
 
 /// Reads a stream to its end on a thread of its own, keeping its first and last `limit / 2` bytes:
 /// a test's panic message comes after whatever it printed.
 fn read_capped(mut stream: impl Read + Send + 'static, limit: usize) -> Reader {
+    let captured = Arc::new(Mutex::new(Captured::default()));
+    let (tx, done) = mpsc::channel();
+    let shared = Arc::clone(&captured);
     std::thread::spawn(move || {
         let half = limit / 2;
-        let mut head = Vec::new();
-        let mut tail = std::collections::VecDeque::new();
-        let mut dropped = 0usize;
         let mut buf = [0u8; 8192];
         loop {
             match stream.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let to_head = half.saturating_sub(head.len()).min(n);
-                    head.extend_from_slice(&buf[..to_head]);
-                    tail.extend(&buf[to_head..n]);
-                    let excess = tail.len().saturating_sub(limit - half);
-                    tail.drain(..excess);
-                    dropped += excess;
+                    let mut c = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    let to_head = half.saturating_sub(c.head.len()).min(n);
+                    c.head.extend_from_slice(&buf[..to_head]);
+                    c.tail.extend(&buf[to_head..n]);
+                    let excess = c.tail.len().saturating_sub(limit - half);
+                    c.tail.drain(..excess);
+                    c.dropped += excess;
                 }
             }
         }
-        let mut text = String::from_utf8_lossy(&head).into_owned();
-        if dropped > 0 {
-            text.push_str(&format!("\n[... {dropped} bytes not kept ...]\n"));
-        }
-        text.push_str(&String::from_utf8_lossy(tail.make_contiguous()));
-        text
-    })
+        let _ = tx.send(());
+    });
+    Reader { captured, done }
 }
 
-fn join_reader(reader: Reader) -> String {
-    reader.join().unwrap_or_default()
+/// What a reader kept, once the stream ended or [`OUTPUT_GRACE`] passed: the grader never waits
+/// for the end of a stream that something left behind still holds.
+fn finish_reader(reader: Reader) -> String {
+    let _ = reader.done.recv_timeout(OUTPUT_GRACE);
+    let mut c = reader.captured.lock().unwrap_or_else(|p| p.into_inner());
+    let mut text = String::from_utf8_lossy(&c.head).into_owned();
+    if c.dropped > 0 {
+        text.push_str(&format!("\n[... {} bytes not kept ...]\n", c.dropped));
+    }
+    text.push_str(&String::from_utf8_lossy(c.tail.make_contiguous()));
+    text
 }
 
 /// The descriptor the test process writes the harness's log to.

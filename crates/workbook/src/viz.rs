@@ -9,7 +9,8 @@
 
 use anyhow::{Context, Result};
 use gpumem::history::{BlockState, SegmentInfo};
-use gpumem::{Snapshot, TraceAction};
+use gpumem::{Snapshot, TraceAction, TraceEntry};
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -34,8 +35,14 @@ pub fn run(args: &crate::cli::VizArgs) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// Reads a snapshot written by `Snapshot::to_json`, with errors that name the file.
+/// Reads a snapshot written by `Snapshot::to_json`, or a snapshot pickle (gpumem's
+/// `dump_snapshot` or PyTorch's `_dump_snapshot`, read as a stream: the drawn device's entries are
+/// held, 56 bytes each), with errors that name the file.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
+    if gpumem::snapshot_pickle::is_pickle(path) {
+        return gpumem::snapshot_pickle::load_snapshot(path)
+            .with_context(|| format!("reading the snapshot {}", path.display()));
+    }
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the snapshot {}", path.display()))?;
     Snapshot::from_json(&text).with_context(|| {
@@ -46,8 +53,31 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
     })
 }
 
+/// The entries the pictures draw: torch's `free_completed` (the free itself is drawn at
+/// `free_requested`, where the allocated bytes drop) and `snapshot` entries change no total and are
+/// left out, so that an event on the timeline is one allocation, free or segment change.
+fn drawn(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
+    let skipped =
+        |e: &TraceEntry| matches!(e.action, TraceAction::FreeCompleted | TraceAction::Snapshot);
+    if !snapshot.trace.iter().any(skipped) {
+        return Cow::Borrowed(snapshot);
+    }
+    Cow::Owned(Snapshot {
+        device: snapshot.device.clone(),
+        segments: snapshot.segments.clone(),
+        trace: snapshot
+            .trace
+            .iter()
+            .filter(|e| !skipped(e))
+            .cloned()
+            .collect(),
+        allocator_settings: snapshot.allocator_settings.clone(),
+    })
+}
+
 /// The SVG of `view` for `snapshot`.
 pub fn render(snapshot: &Snapshot, view: View) -> String {
+    let snapshot = &*drawn(snapshot);
     let figures = match view {
         View::Both => vec![timeline(snapshot), segment_map(snapshot)],
         View::Timeline => vec![timeline(snapshot)],
@@ -142,9 +172,11 @@ fn totals(snapshot: &Snapshot) -> Vec<(u64, u64)> {
         TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
             (first.allocated, first.reserved + first.size)
         }
-        TraceAction::Alloc | TraceAction::Free | TraceAction::Oom => {
-            (first.allocated, first.reserved)
-        }
+        TraceAction::Alloc
+        | TraceAction::FreeRequested
+        | TraceAction::FreeCompleted
+        | TraceAction::Snapshot
+        | TraceAction::Oom => (first.allocated, first.reserved),
     };
     std::iter::once(before)
         .chain(snapshot.trace.iter().map(|e| (e.allocated, e.reserved)))
@@ -807,6 +839,8 @@ mod tests {
             stream: 0,
             allocated,
             reserved,
+            time_us: 0,
+            frame: None,
         }
     }
 
@@ -843,7 +877,7 @@ mod tests {
         let a = 0x7f00_0000_0000u64;
         let b = 0x7e00_0000_0000u64;
         use BlockState::*;
-        use TraceAction::*;
+        use TraceAction::{Alloc, FreeRequested, Oom, SegmentAlloc};
         Snapshot {
             device: "cpu".to_string(),
             segments: vec![
@@ -878,13 +912,14 @@ mod tests {
                 entry(Alloc, a + 4 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
                 entry(Alloc, a + 8 * MIB, 4 * MIB, 12 * MIB, 20 * MIB),
                 entry(Alloc, a + 12 * MIB, 4 * MIB, 16 * MIB, 20 * MIB),
-                entry(Free, a, 4 * MIB, 12 * MIB, 20 * MIB),
-                entry(Free, a + 8 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
+                entry(FreeRequested, a, 4 * MIB, 12 * MIB, 20 * MIB),
+                entry(FreeRequested, a + 8 * MIB, 4 * MIB, 8 * MIB, 20 * MIB),
                 entry(Oom, 0, 20 * MIB, 8 * MIB, 20 * MIB),
                 entry(SegmentAlloc, b, 20 * MIB, 8 * MIB, 40 * MIB),
                 entry(Alloc, b, 6 * MIB, 14 * MIB, 40 * MIB),
                 entry(SegmentAlloc, a + (1 << 32), 2 * MIB, 14 * MIB, 42 * MIB),
             ],
+            allocator_settings: Default::default(),
         }
     }
 
@@ -998,6 +1033,25 @@ mod tests {
     }
 
     #[test]
+    fn free_completed_and_snapshot_entries_are_not_drawn() {
+        let plain = fragmented();
+        let mut with_more = fragmented();
+        let completed = |e: &TraceEntry| TraceEntry {
+            action: TraceAction::FreeCompleted,
+            ..e.clone()
+        };
+        let at = with_more.trace.len() - 4;
+        let extra = completed(&with_more.trace[5]);
+        with_more.trace.insert(at, extra);
+        let last = with_more.trace.last().cloned().unwrap();
+        with_more.trace.push(TraceEntry {
+            action: TraceAction::Snapshot,
+            ..last
+        });
+        assert_eq!(render(&with_more, View::Both), render(&plain, View::Both));
+    }
+
+    #[test]
     fn the_same_snapshot_gives_the_same_bytes_whatever_the_addresses() {
         let s = fragmented();
         let mut moved = s.clone();
@@ -1024,6 +1078,7 @@ mod tests {
             device: "cuda:0 <&>".to_string(),
             segments: Vec::new(),
             trace: Vec::new(),
+            allocator_settings: Default::default(),
         };
         let svg = render(&s, View::Both);
         assert!(svg.contains("No events recorded: call dev.record_memory_history(true)"));

@@ -1,6 +1,7 @@
 //! `workbook grade` through the binary: the reference solutions score full marks and the stubs
 //! score 0 in every chapter, with every output file read back; Gradescope JSON on stdout; the
-//! command line's errors.
+//! command line's errors. Where the sandbox cannot run, the tests that grade are skipped with a
+//! notice, or fail under `CI=true` (`common/sandbox.rs`).
 
 mod common;
 
@@ -16,6 +17,9 @@ fn repo_root() -> PathBuf {
 
 #[test]
 fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let root = repo_root();
     let repo = Repo::at(&root).expect("the repository");
     let chapters: Vec<(String, u32, usize)> = repo
@@ -136,6 +140,9 @@ fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
 
 #[test]
 fn format_json_prints_one_results_json_and_a_class_skips_stray_files() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let root = repo_root();
     let class = tempfile::tempdir().expect("a temporary folder");
     std::fs::write(class.path().join("broken.zip"), b"this is not a zip").unwrap();
@@ -249,4 +256,43 @@ fn grading_nothing_or_a_missing_path_is_an_error() {
         );
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn without_a_working_sandbox_grading_refuses_unless_told_no_sandbox() {
+    let root = repo_root();
+    let solution = root.join("solutions");
+    let grade = |extra: &[&str]| {
+        let mut cmd = common::workbook();
+        cmd.arg("--root")
+            .arg(&root)
+            .arg("grade")
+            .arg(&solution)
+            .args(["--chapter", "ch01"])
+            .args(extra)
+            .env("WORKBOOK_BWRAP", "/nonexistent/bwrap");
+        common::run(&mut cmd)
+    };
+    let (output, stdout, stderr) = grade(&[]);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("grading runs every test in a sandbox, and it cannot run here"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("apt-get install bubblewrap"), "{stderr}");
+    assert!(
+        stderr.contains("--no-sandbox: then the learners' code runs with your permissions"),
+        "{stderr}"
+    );
+
+    let (output, stdout, stderr) = grade(&["--no-sandbox"]);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("grade: --no-sandbox: then the learners' code runs with your permissions"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("solutions: 21/21: every test passed"),
+        "{stdout}"
+    );
 }

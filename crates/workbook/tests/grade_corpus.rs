@@ -2,7 +2,10 @@
 //! (built from the reference solutions by small edits) and hostile archives and folders built here,
 //! graded in one run of chapters 1 and 2 with the hidden tests of `tests/submissions/hidden/`.
 //! Every case's score and every test's status are asserted exactly, and every output format is
-//! read back with a real parser.
+//! read back with a real parser. Where the sandbox cannot run, these tests are skipped with a
+//! notice, or fail under `CI=true` (`common/sandbox.rs`).
+
+mod common;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -371,10 +374,14 @@ fn message<'a>(student: &'a StudentResult, chapter_name: &str, test: &str) -> &'
 
 #[test]
 fn every_submission_gets_exactly_its_score() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let expected: &[(&str, u32, u32)] = &[
         ("abort", 0, 28),
         ("absolute-path", 0, 0),
         ("compile-error", 0, 0),
+        ("compile-time-include", 0, 0),
         ("deadlock", 0, 27),
         ("deleted-tests", 0, CH02_MAX),
         ("device-memory-hog", 0, 28),
@@ -382,19 +389,27 @@ fn every_submission_gets_exactly_its_score() {
         ("empty", 0, 0),
         ("exit-zero", 0, 27),
         ("fake-result", 0, 24),
+        ("forge-pass-records", 0, 0),
+        ("forge-when-graded", 0, 0),
         ("hardlink-out", 0, 0),
         ("host-memory-hog", 0, 27),
         ("huge-output", 0, 27),
         ("infinite-loop", 0, 28),
         ("inside-link", CH01_MAX, 0),
+        ("kill-grader", 0, CH02_MAX),
         ("link-out", 0, 0),
         ("linked-solution", 0, 0),
         ("memory-leak", 0, 26),
         ("only-ch01", CH01_MAX, 0),
+        ("outlive-grader", 0, CH02_MAX),
         ("panics", 0, 24),
         ("perfect", CH01_MAX, CH02_MAX),
+        ("read-hidden-tests", 0, CH02_MAX),
+        ("shared-memory-hog", 0, 27),
         ("stack-overflow", 0, 27),
+        ("tamper-official-tests", 0, CH02_MAX),
         ("tarball", 0, CH02_MAX),
+        ("untouched-stubs", 0, 0),
         ("zip-bomb", 0, 0),
         ("zip-slip", 0, 0),
     ];
@@ -422,6 +437,9 @@ fn every_submission_gets_exactly_its_score() {
 
 #[test]
 fn the_reference_solution_passes_every_official_and_hidden_test() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let perfect = student("perfect");
     assert!(perfect.refused.is_none());
     assert!(perfect.notes.is_empty(), "{:?}", perfect.notes);
@@ -448,6 +466,9 @@ fn the_reference_solution_passes_every_official_and_hidden_test() {
 
 #[test]
 fn a_compile_error_scores_the_chapter_zero_with_the_compilers_words() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let s = student("compile-error");
     let c = chapter(s, CH02);
     let ChapterState::DoesNotCompile(errors) = &c.state else {
@@ -478,6 +499,9 @@ fn a_compile_error_scores_the_chapter_zero_with_the_compilers_words() {
 
 #[test]
 fn a_panic_fails_the_tests_that_reach_it_with_its_message() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     assert_eq!(
         failures("panics", CH02),
         expect(&[
@@ -505,6 +529,9 @@ fn a_panic_fails_the_tests_that_reach_it_with_its_message() {
 
 #[test]
 fn infinite_loops_and_deadlocks_time_out_and_the_rest_still_counts() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     assert_eq!(
         failures("infinite-loop", CH02),
         expect(&[
@@ -542,6 +569,9 @@ fn infinite_loops_and_deadlocks_time_out_and_the_rest_still_counts() {
 
 #[test]
 fn stack_overflow_and_abort_fail_with_the_signal_named() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let independent = [
         "independent_copy_does_not_share_memory",
         "independent_copy_makes_one_device_to_device_copy_and_one_new_block",
@@ -577,6 +607,9 @@ fn stack_overflow_and_abort_fail_with_the_signal_named() {
 
 #[test]
 fn memory_hogs_fail_their_tests_at_the_memory_limit_and_say_so() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let independent = [
         "independent_copy_does_not_share_memory",
         "independent_copy_makes_one_device_to_device_copy_and_one_new_block",
@@ -623,6 +656,9 @@ fn memory_hogs_fail_their_tests_at_the_memory_limit_and_say_so() {
 
 #[test]
 fn exit_zero_inside_the_learners_code_is_not_a_pass() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     assert_eq!(
         failures("exit-zero", CH02),
         expect(&[
@@ -655,6 +691,9 @@ fn exit_zero_inside_the_learners_code_is_not_a_pass() {
 
 #[test]
 fn printed_fake_libtest_results_cannot_pass_a_test() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let fake = student("fake-result");
     assert_eq!(
         failures("fake-result", CH02),
@@ -694,6 +733,9 @@ fn printed_fake_libtest_results_cannot_pass_a_test() {
 
 #[test]
 fn edited_or_deleted_tests_gain_nothing_and_are_noted() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let edited = student("edited-tests");
     let c = chapter(edited, CH02);
     assert_eq!(c.state, ChapterState::Graded);
@@ -730,6 +772,9 @@ fn edited_or_deleted_tests_gain_nothing_and_are_noted() {
 
 #[test]
 fn huge_output_is_cut_but_the_panic_message_is_kept() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let s = student("huge-output");
     let test = chapter(s, CH02)
         .tests
@@ -750,6 +795,9 @@ fn huge_output_is_cut_but_the_panic_message_is_kept() {
 
 #[test]
 fn a_device_memory_leak_fails_the_test_that_requires_memory_allocated_unchanged() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     assert_eq!(
         failures("memory-leak", CH02),
         expect(&[
@@ -781,6 +829,9 @@ fn a_device_memory_leak_fails_the_test_that_requires_memory_allocated_unchanged(
 
 #[test]
 fn archives_in_every_layout_are_unpacked_and_graded() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let zipped = student("only-ch01");
     assert_eq!(zipped.source, RUN.class.join("only-ch01.zip"));
     assert_eq!(chapter(zipped, CH01).score(), CH01_MAX);
@@ -792,6 +843,9 @@ fn archives_in_every_layout_are_unpacked_and_graded() {
 
 #[test]
 fn hostile_archives_and_links_out_are_refused_and_nothing_escapes() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let cases = [
         ("zip-slip", "climbs out of it with `..`"),
         ("absolute-path", "absolute path"),
@@ -838,6 +892,9 @@ fn hostile_archives_and_links_out_are_refused_and_nothing_escapes() {
 
 #[test]
 fn gradescope_results_have_the_fields_and_types_gradescope_reads() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     for s in &RUN.report.students {
         let json = report::gradescope(&RUN.report, s);
         let top = json.as_object().expect("an object");
@@ -892,6 +949,9 @@ fn gradescope_results_have_the_fields_and_types_gradescope_reads() {
 
 #[test]
 fn junit_xml_parses_back_with_a_suite_per_student_and_chapter() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let xml = report::junit(&RUN.report);
     let doc = roxmltree::Document::parse(&xml).expect("well-formed XML");
     let root = doc.root_element();
@@ -962,6 +1022,9 @@ fn junit_xml_parses_back_with_a_suite_per_student_and_chapter() {
 
 #[test]
 fn csv_parses_back_with_a_row_per_student_and_a_column_per_chapter() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let text = report::csv(&RUN.report);
     let mut reader = csv::Reader::from_reader(text.as_bytes());
     let headers: Vec<String> = reader
@@ -991,6 +1054,9 @@ fn csv_parses_back_with_a_row_per_student_and_a_column_per_chapter() {
 
 #[test]
 fn feedback_says_what_failed_why_and_which_hint_to_read() {
+    if common::skip_without_sandbox() {
+        return;
+    }
     let panics = report::feedback(&RUN.report, student("panics"));
     assert!(
         panics.starts_with("# Feedback for panics\n\nScore: **24 / 53** (45%)"),
@@ -1028,4 +1094,113 @@ fn feedback_says_what_failed_why_and_which_hint_to_read() {
         .split_whitespace()
         .collect();
     assert_eq!(row, ["compile-error", "-", "0", "C", "0", "0%"]);
+}
+
+/// Every test of ch02, failed.
+fn all_of_ch02_failed(name: &str) -> bool {
+    let c = chapter(student(name), CH02);
+    c.tests.len() == 21 && c.tests.iter().all(|t| t.status == Status::Failed)
+}
+
+#[test]
+fn forged_pass_records_score_nothing() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    // The harness's log has no name once the harness opened it, and there is no /proc: nothing is
+    // written, and the exit with status 0 is a failure.
+    assert!(all_of_ch02_failed("forge-pass-records"));
+    let why = message(
+        student("forge-pass-records"),
+        CH02,
+        "upload_makes_exactly_one_host_to_device_copy",
+    );
+    assert!(
+        why.contains("exited with status 0 before the test harness reported"),
+        "{why}"
+    );
+    // Through a child process and /proc: there is neither a shell nor /proc in the sandbox.
+    assert!(all_of_ch02_failed("forge-when-graded"));
+    assert_eq!(
+        message(
+            student("forge-when-graded"),
+            CH02,
+            "upload_makes_exactly_one_host_to_device_copy"
+        ),
+        "not yet implemented: upload"
+    );
+    assert!(all_of_ch02_failed("untouched-stubs"));
+}
+
+/// Processes whose environment holds `marker` (every process this user may read).
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && String::from_utf8_lossy(&env).contains(marker)
+        {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn no_process_of_a_submission_outlives_the_run() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    // outlive-grader started copies of its test process, each in a process group of its own,
+    // looping for ever and holding stdout: the run neither stalled nor left them behind.
+    let _ = &RUN.report;
+    assert_eq!(
+        processes_with("WORKBOOK_CORPUS_LINGER=workbook-corpus-linger"),
+        Vec::<String>::new()
+    );
+    // Had the grader waited for the end of stdout, the tests would have timed out.
+    assert_eq!(chapter(student("outlive-grader"), CH02).score(), CH02_MAX);
+}
+
+#[test]
+fn shared_memory_counts_against_the_memory_limit() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    let independent = [
+        "independent_copy_does_not_share_memory",
+        "independent_copy_makes_one_device_to_device_copy_and_one_new_block",
+        "independent_copy_survives_overwriting_the_original",
+    ];
+    assert_eq!(
+        failures("shared-memory-hog", CH02),
+        expect(&independent.map(|t| (t, Status::Failed)))
+    );
+    let why = message(student("shared-memory-hog"), CH02, independent[0]);
+    assert!(
+        why.contains("shared memory beyond the limit") && why.contains("No space left on device"),
+        "{why}"
+    );
+}
+
+#[test]
+fn no_report_holds_the_hidden_tests_sources() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    // A line of tests/submissions/hidden/ch02-transfers/leaks.rs that no test prints.
+    let hidden = "used by `tests/grade_corpus.rs`";
+    let mut texts = vec![
+        report::gradescope_all(&RUN.report).to_string(),
+        report::junit(&RUN.report),
+    ];
+    for s in &RUN.report.students {
+        texts.push(report::feedback(&RUN.report, s));
+    }
+    for text in texts {
+        assert!(!text.contains(hidden));
+    }
+    assert_eq!(
+        chapter(student("read-hidden-tests"), CH02).score(),
+        CH02_MAX
+    );
 }

@@ -7,7 +7,7 @@ use ch08_autograd_memory::{
 use gpumem::Device;
 use gpumem::autograd::{self, Activation, Mlp, Tensor, mse_loss};
 use gpumem::ops::XorShift;
-use gpumem::testing::assert_close;
+use gpumem::testing::{Prediction, assert_close};
 
 /// The model of the loop tests: 32 inputs, two hidden layers of 128, 4 outputs.
 const SIZES: [usize; 4] = [32, 128, 128, 4];
@@ -69,11 +69,17 @@ fn check_prediction(
     let dev = gpumem::testing::device();
     let measured = measure_forward(&dev, rows, activation)?;
     assert_eq!(measured, want, "the allocator's numbers");
-    assert_eq!(
-        predict_forward_memory(rows, activation),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    let predicted = predict_forward_memory(rows, activation);
+    Prediction::new(format!(
+        "your prediction for {rows} rows and {activation:?}"
+    ))
+    .bytes("with_grad", predicted.with_grad, measured.with_grad)
+    .bytes(
+        "without_grad",
+        predicted.without_grad,
+        measured.without_grad,
+    )
+    .check();
     Ok(())
 }
 

@@ -108,7 +108,7 @@ pub fn measure_step(_model: &Mlp, _batch: &Batch, _segments: usize) -> Result<St
 /// Your prediction for a [`deep_mlp`] of `depth` layers run by [`checkpointed_loss`] in
 /// `segments` segments on a [`Batch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prediction {
+pub struct CostPrediction {
     /// [`StepCost::after_forward`].
     pub after_forward: u64,
     /// [`StepCost::linear_forwards`].
@@ -116,7 +116,7 @@ pub struct Prediction {
 }
 
 /// Predicts [`StepCost::after_forward`] and [`StepCost::linear_forwards`].
-pub fn predict_cost(_depth: usize, _segments: usize) -> Prediction {
+pub fn predict_cost(_depth: usize, _segments: usize) -> CostPrediction {
     // TODO: write your numbers before running the tests.
     todo!("predict a step of {_depth} layers in {_segments} segments")
 }

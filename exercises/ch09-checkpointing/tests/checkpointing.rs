@@ -1,12 +1,13 @@
 //! Graded tests for chapter 9: gradient checkpointing.
 
 use ch09_checkpointing::{
-    Batch, Prediction, ROWS, SourceModel, StepCost, WIDTH, checkpointed_loss, deep_mlp,
+    Batch, CostPrediction, ROWS, SourceModel, StepCost, WIDTH, checkpointed_loss, deep_mlp,
     measure_step, predict_cost, segment_ranges,
 };
 use gpumem::Device;
 use gpumem::autograd::{self, Mlp, Tensor, checkpoint_sequential, mse_loss};
 use gpumem::ops::XorShift;
+use gpumem::testing::Prediction;
 
 /// One hidden activation: 256 × 64 f32 (64 KiB).
 const ACTIVATION: u64 = (ROWS * WIDTH * 4) as u64;
@@ -258,20 +259,30 @@ fn measure_step_leaves_the_gradients_and_repeats_exactly() -> anyhow::Result<()>
 
 // ---- predict, then measure ----
 
-fn check_prediction(depth: usize, segments: usize, want: Prediction) -> anyhow::Result<()> {
+fn check_prediction(depth: usize, segments: usize, want: CostPrediction) -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
     let (model, batch) = model_and_batch(&dev, depth)?;
     let cost = measure(&dev, &model, &batch, segments)?;
-    let measured = Prediction {
+    let measured = CostPrediction {
         after_forward: cost.after_forward,
         linear_forwards: cost.linear_forwards,
     };
     assert_eq!(measured, want, "the allocator's numbers");
-    assert_eq!(
-        predict_cost(depth, segments),
-        measured,
-        "your prediction (left) against the measurement (right)"
-    );
+    let predicted = predict_cost(depth, segments);
+    Prediction::new(format!(
+        "your prediction for {depth} layers in {segments} segments"
+    ))
+    .bytes(
+        "after_forward",
+        predicted.after_forward,
+        measured.after_forward,
+    )
+    .count(
+        "linear_forwards",
+        predicted.linear_forwards,
+        measured.linear_forwards,
+    )
+    .check();
     Ok(())
 }
 
@@ -280,7 +291,7 @@ fn prediction_for_16_layers_in_1_segment_matches_the_allocator() -> anyhow::Resu
     check_prediction(
         16,
         1,
-        Prediction {
+        CostPrediction {
             after_forward: 991_744,
             linear_forwards: 16,
         },
@@ -292,7 +303,7 @@ fn prediction_for_16_layers_in_4_segments_matches_the_allocator() -> anyhow::Res
     check_prediction(
         16,
         4,
-        Prediction {
+        CostPrediction {
             after_forward: 401_920,
             linear_forwards: 28,
         },
@@ -304,7 +315,7 @@ fn prediction_for_10_layers_in_3_segments_matches_the_allocator() -> anyhow::Res
     check_prediction(
         10,
         3,
-        Prediction {
+        CostPrediction {
             after_forward: 336_384,
             linear_forwards: 16,
         },

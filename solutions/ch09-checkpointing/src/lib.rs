@@ -120,7 +120,7 @@ pub fn measure_step(model: &Mlp, batch: &Batch, segments: usize) -> Result<StepC
 /// Your prediction for a [`deep_mlp`] of `depth` layers run by [`checkpointed_loss`] in
 /// `segments` segments on a [`Batch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prediction {
+pub struct CostPrediction {
     /// [`StepCost::after_forward`].
     pub after_forward: u64,
     /// [`StepCost::linear_forwards`].
@@ -133,7 +133,7 @@ fn block(bytes: usize) -> u64 {
 }
 
 /// Predicts [`StepCost::after_forward`] and [`StepCost::linear_forwards`].
-pub fn predict_cost(depth: usize, segments: usize) -> Prediction {
+pub fn predict_cost(depth: usize, segments: usize) -> CostPrediction {
     let activation = block(ROWS * WIDTH * 4);
     // mse_loss saves the output (and the target, which is there anyway); the loss is one f32.
     let output_and_loss = block(ROWS * OUT_FEATURES * 4) + block(4);
@@ -143,7 +143,7 @@ pub fn predict_cost(depth: usize, segments: usize) -> Prediction {
     // hidden activations of the last segment, which runs normally.
     let boundaries = segments - 1;
     let last_segment_hidden = depth - 1 - checkpointed_layers;
-    Prediction {
+    CostPrediction {
         after_forward: (boundaries + last_segment_hidden) as u64 * activation + output_and_loss,
         // Every layer once, and the checkpointed ones once more in backward.
         linear_forwards: (depth + checkpointed_layers) as u64,

@@ -162,6 +162,26 @@ pub(crate) fn kernel_source() -> (String, Vec<String>) {
             format!("const {c}* g, const long long* t, {c}* dx, gm_u64 rows, gm_u64 cols"),
             "gm_nll_backward(g, t, dx, rows, cols)".into(),
         );
+        entry(
+            format!("sqrt_{n}"),
+            format!("const {c}* x, {c}* y, gm_u64 n"),
+            "gm_sqrt(x, y, n)".into(),
+        );
+        entry(
+            format!("add_scalar_{n}"),
+            format!("{c}* x, float s, gm_u64 n"),
+            "gm_add_scalar(x, s, n)".into(),
+        );
+        entry(
+            format!("addcmul_{n}"),
+            format!("{c}* x, float v, const {c}* a, const {c}* b, gm_u64 n"),
+            "gm_addcmul(x, v, a, b, n)".into(),
+        );
+        entry(
+            format!("addcdiv_{n}"),
+            format!("{c}* x, float v, const {c}* a, const {c}* b, gm_u64 n"),
+            "gm_addcdiv(x, v, a, b, n)".into(),
+        );
         for u in DType::ALL {
             let (m, d) = (u.name(), c_type(u));
             entry(
@@ -666,7 +686,7 @@ mod tests {
     #[test]
     fn every_entry_point_has_a_unique_name() {
         let (src, names) = kernel_source();
-        assert_eq!(names.len(), 18 * 3 + 3 * 9);
+        assert_eq!(names.len(), 22 * 3 + 3 * 9);
         let unique: std::collections::HashSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
         for name in &names {

@@ -265,3 +265,33 @@ __device__ __forceinline__ void gm_nll_backward(const T* g, const long long* t, 
     float v = __fdiv_rn(-gm_load(g, 0), (float)rows);
     GM_FOR_EACH(r, rows) gm_store(dx, r * cols + (gm_u64)t[r], v);
 }
+
+// Optimizer steps and in-place ops (gpumem::optim, Tensor::add_ ...). Each thread reads and writes
+// only element i, so an output may be one of the inputs.
+template <typename T>
+__device__ __forceinline__ void gm_sqrt(const T* x, T* y, gm_u64 n) {
+    GM_FOR_EACH(i, n) gm_store(y, i, __fsqrt_rn(gm_load(x, i)));
+}
+
+template <typename T>
+__device__ __forceinline__ void gm_add_scalar(T* x, float s, gm_u64 n) {
+    GM_FOR_EACH(i, n) gm_store(x, i, __fadd_rn(gm_load(x, i), s));
+}
+
+// x[i] <- x[i] + v * a[i] * b[i] (torch's addcmul_).
+template <typename T>
+__device__ __forceinline__ void gm_addcmul(T* x, float v, const T* a, const T* b, gm_u64 n) {
+    GM_FOR_EACH(i, n) {
+        float p = __fmul_rn(__fmul_rn(v, gm_load(a, i)), gm_load(b, i));
+        gm_store(x, i, __fadd_rn(gm_load(x, i), p));
+    }
+}
+
+// x[i] <- x[i] + v * a[i] / b[i] (torch's addcdiv_).
+template <typename T>
+__device__ __forceinline__ void gm_addcdiv(T* x, float v, const T* a, const T* b, gm_u64 n) {
+    GM_FOR_EACH(i, n) {
+        float q = __fmul_rn(v, __fdiv_rn(gm_load(a, i), gm_load(b, i)));
+        gm_store(x, i, __fadd_rn(gm_load(x, i), q));
+    }
+}

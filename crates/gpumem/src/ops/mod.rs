@@ -9,6 +9,8 @@
 //!   sums accumulate in f64), so a cpu run predicts a cuda run.
 //! - The kernels of [`crate::autograd`]'s ops ([`mul`], [`gelu`], [`log_softmax`], [`nll_loss`],
 //!   reductions to a one-element device buffer, ...): the same two paths.
+//! - Optimizer and in-place kernels ([`sqrt`], [`addcmul`], [`addcdiv`], [`add_scalar`],
+//!   [`mul_in_place`], [`relu_in_place`]) for [`crate::optim`] and `Tensor::add_` and friends.
 //! - A tiny model: [`Linear`] layers, [`Mlp`], [`mse_loss`], hand-written backward, SGD.
 //!
 //! Conventions, the same on both devices:
@@ -31,6 +33,7 @@ mod elementwise;
 mod gemm;
 mod grad;
 mod model;
+mod optim;
 mod random;
 
 pub use elementwise::{
@@ -43,6 +46,7 @@ pub use grad::{
     mse_loss_to_device, mul, nll_loss, nll_loss_backward, scale_by, sum_to_device,
 };
 pub use model::{Linear, LinearGrads, LinearSaved, Mlp, MlpGrads, MlpSaved};
+pub use optim::{add_scalar, addcdiv, addcmul, mul_in_place, relu_in_place, sqrt};
 pub use random::XorShift;
 
 use crate::buffer::{Buffer, Element};

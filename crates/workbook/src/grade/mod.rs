@@ -13,8 +13,14 @@
 //! Nothing a submission does can stop the batch: a refused archive, a compile error, a crash or a
 //! hang costs that student the points concerned, with the reason in their report.
 
+pub mod export;
 pub mod hidden;
 pub mod report;
+#[cfg(target_os = "linux")]
+pub mod sandbox;
+#[cfg(not(target_os = "linux"))]
+#[path = "sandbox_other.rs"]
+pub mod sandbox;
 pub mod submission;
 
 use crate::app_state::{self, Chapter, Repo};
@@ -24,11 +30,12 @@ use crate::scratch::{self, WorkspaceTemplate};
 use anyhow::{Context, Result, bail};
 use hidden::HiddenChapter;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sandbox::Sandbox;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use submission::{Limits, Submission, SubmittedChapter};
 
@@ -36,6 +43,12 @@ use submission::{Limits, Submission, SubmittedChapter};
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// Bytes kept of each of a test's output streams (half from the start, half from the end).
 pub const OUTPUT_LIMIT: usize = 6 * 1024;
+/// What grading without the sandbox (`--no-sandbox`) risks, said when it is chosen or needed.
+pub const NO_SANDBOX_RISK: &str = "then the learners' code runs with your permissions: it can \
+    forge its tests' results, read and change the other submissions, the hidden tests and the \
+    grader's outputs, use the network, and leave processes running after grading ends. Use it \
+    only for code you trust, or inside a throw-away container.";
+
 /// The default time limit of one submitted chapter's build.
 pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -61,6 +74,9 @@ pub struct GradeOptions {
     pub limits: Limits,
     /// Show a progress bar and one line per graded student on stderr.
     pub progress: bool,
+    /// Run every test in a bubblewrap sandbox ([`sandbox`]); grading refuses to start where it
+    /// cannot. `false` is `--no-sandbox`.
+    pub sandbox: bool,
 }
 
 impl Default for GradeOptions {
@@ -75,6 +91,7 @@ impl Default for GradeOptions {
             keep_builds: false,
             limits: Limits::default(),
             progress: true,
+            sandbox: true,
         }
     }
 }
@@ -323,8 +340,12 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         timeout: Duration::from_secs(args.timeout),
         memory_limit: args.memory_limit.0,
         keep_builds: args.keep_builds,
+        sandbox: !args.no_sandbox,
         ..GradeOptions::default()
     };
+    if args.no_sandbox {
+        eprintln!("grade: --no-sandbox: {NO_SANDBOX_RISK}");
+    }
     let report = grade(&repo, &paths, &options)?;
     match args.format {
         GradeFormat::Table => print!("{}", report::table(&report)),
@@ -381,6 +402,8 @@ struct Grader<'a> {
     grade_dir: PathBuf,
     target_dir: PathBuf,
     options: &'a GradeOptions,
+    /// The sandbox every test runs in (`None`: `--no-sandbox`).
+    sandbox: Option<Arc<Sandbox>>,
 }
 
 /// Grades `submissions` (folders or archives) with the official tests of the chosen chapters.
@@ -404,19 +427,33 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         let package = scratch::package_name(&chapter.dir)?;
         templates.insert(chapter.name.clone(), template.without_incremental(&package));
     }
-    let ctx = Grader {
-        templates,
-        grade_dir: repo.work_dir().join("grade"),
-        target_dir: repo.work_dir().join("target"),
-        options,
-    };
-    std::fs::create_dir_all(&ctx.grade_dir)
-        .with_context(|| format!("creating {}", ctx.grade_dir.display()))?;
+    let grade_dir = repo.work_dir().join("grade");
+    std::fs::create_dir_all(&grade_dir)
+        .with_context(|| format!("creating {}", grade_dir.display()))?;
     // This run's own folder (pristine crates, submissions taken in): runs at once never share it.
     let run_dir = tempfile::Builder::new()
         .prefix("run-")
-        .tempdir_in(&ctx.grade_dir)
+        .tempdir_in(&grade_dir)
         .context("creating a folder for this run")?;
+    let sandbox = if options.sandbox {
+        let sandbox = Sandbox::detect().map_err(|e| {
+            anyhow::anyhow!(
+                "grading runs every test in a sandbox, and it cannot run here: {e:#}.\n\
+                 Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) on Linux with \
+                 user namespaces, or grade with --no-sandbox: {NO_SANDBOX_RISK}"
+            )
+        })?;
+        Some(Arc::new(sandbox))
+    } else {
+        None
+    };
+    let ctx = Grader {
+        templates,
+        grade_dir,
+        target_dir: repo.work_dir().join("target"),
+        options,
+        sandbox,
+    };
     let mut specs = Vec::new();
     for chapter in &chapters {
         if options.progress {
@@ -596,6 +633,16 @@ fn official_tests(
                 .collect()
         })
         .unwrap_or_default();
+    // The learner's crate may not use `unsafe` (nor `global_asm!`, `no_mangle`, link sections):
+    // safe code cannot reach the harness's descriptors or memory, nor run before `main`.
+    let manifest_path = chapter.dir.join("Cargo.toml");
+    let manifest = std::fs::read_to_string(&manifest_path)
+        .with_context(|| format!("reading {}", manifest_path.display()))?;
+    let mut extra = extra;
+    extra.insert(
+        PathBuf::from("Cargo.toml"),
+        forbid_unsafe(&manifest)?.into_bytes(),
+    );
     scratch::mirror_with(&chapter.dir, &pristine, &extra)?;
     let workspace = ctx.grade_dir.join("official").join(&chapter.name);
     let member = format!("{}-official", chapter.name);
@@ -667,6 +714,37 @@ fn official_tests(
     })
 }
 
+/// The official manifest with `unsafe_code = "forbid"` among its lints (which the official and
+/// hidden tests must then obey too).
+fn forbid_unsafe(manifest: &str) -> Result<String> {
+    let mut table: toml::Table = manifest
+        .parse()
+        .context("the chapter's Cargo.toml is not valid TOML")?;
+    if table
+        .get("lints")
+        .and_then(|l| l.get("workspace"))
+        .is_some()
+    {
+        bail!(
+            "the chapter's Cargo.toml takes its lints from the workspace: grading needs them \
+             in the chapter's own [lints.rust] table"
+        );
+    }
+    let rust = table
+        .entry("lints")
+        .or_insert_with(|| toml::Table::new().into())
+        .as_table_mut()
+        .and_then(|lints| {
+            lints
+                .entry("rust")
+                .or_insert_with(|| toml::Table::new().into())
+                .as_table_mut()
+        })
+        .context("the chapter's Cargo.toml has a [lints] that is not a table")?;
+    rust.insert("unsafe_code".into(), "forbid".into());
+    toml::to_string(&table).context("writing the pristine Cargo.toml")
+}
+
 /// Builds and tests one submitted chapter; never fails (an error of its own is reported as
 /// "not graded" with the reason).
 fn grade_chapter(
@@ -711,6 +789,24 @@ fn test_chapter(
     slug: &str,
     on_test: &(dyn Fn() + Sync),
 ) -> Result<ChapterResult> {
+    let reads = submission::compile_time_reads(&submitted.src);
+    if !reads.is_empty() {
+        let why = format!(
+            "the chapter was not compiled: {} (grading compiles no code that reads files while \
+             it compiles)",
+            reads[0]
+        );
+        let mut result = ChapterResult::without_tests(
+            spec,
+            ChapterState::DoesNotCompile(reads.clone()),
+            Status::NotCompiled,
+            &why,
+        );
+        for test in &mut result.tests {
+            test.output = reads.join("\n");
+        }
+        return Ok(result);
+    }
     let workspace = ctx
         .grade_dir
         .join("submissions")
@@ -775,7 +871,7 @@ fn run_official(
     binaries: &[runner::TestBinary],
     on_test: &(dyn Fn() + Sync),
 ) -> Result<ChapterResult> {
-    let cases = match runner::list_tests(binaries) {
+    let cases = match runner::list_tests_in(binaries, ctx.sandbox.as_deref()) {
         Ok(cases) => cases,
         Err(e) => {
             // The executables are the official tests with the learner's code linked in: code of
@@ -802,6 +898,7 @@ fn run_official(
     }
     let options = RunOptions {
         output_limit: OUTPUT_LIMIT,
+        sandbox: ctx.sandbox.clone(),
         ..RunOptions::for_crate(crate_dir, ctx.options.timeout)
     }
     .with_memory_limit(ctx.options.memory_limit);

@@ -376,6 +376,35 @@ fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// Where the learner's code would read files while it compiles (`include_str!`,
+/// `include_bytes!`, `include!`, a module's `#[path]`): the compiler runs outside the sandbox, on
+/// a machine that holds the hidden tests and the other submissions, so grading refuses such a
+/// chapter. One line per place, `src/<file>:<line>: <what>`.
+pub fn compile_time_reads(src: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for (rel, bytes) in files_under(src) {
+        let text = String::from_utf8_lossy(&bytes);
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let words = code.split(|c: char| !(c.is_alphanumeric() || c == '_'));
+            let mut words = words;
+            let macro_name =
+                words.find(|w| matches!(*w, "include" | "include_str" | "include_bytes"));
+            let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+            let path_attr = ["#[path", "#![path", ",path=", "(path="]
+                .iter()
+                .any(|p| squeezed.contains(p));
+            let what = match (macro_name, path_attr) {
+                (Some(name), _) => format!("`{name}` reads a file while compiling"),
+                (None, true) => "`#[path]` loads a module from another file".to_string(),
+                (None, false) => continue,
+            };
+            found.push(format!("src/{}:{}: {what}", rel.display(), number + 1));
+        }
+    }
+    found
+}
+
 /// Constructs an instructor may want to look at: they can read files, end the process, or reach
 /// the test harness from inside the learner's code. They change no score.
 const REVIEW_PATTERNS: &[(&str, &str)] = &[
@@ -757,6 +786,32 @@ fn copy_tree(root: &Path, from: &Path, to: &Path, budget: &mut Budget) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_way_of_reading_a_file_while_compiling_is_found_and_comments_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("lib.rs"),
+            "// include_str! in a comment is fine\n\
+             const A: &str = std::include_str!(\"x\");\n\
+             use std::include_bytes as b;\n\
+             #[cfg_attr(all(), path = \"/etc/x.rs\")]\n\
+             # [ path = \"y.rs\" ] mod y;\n\
+             include!(\"z.rs\");\n\
+             fn path(path: &str) -> &str { path }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            compile_time_reads(dir.path()),
+            [
+                "src/lib.rs:2: `include_str` reads a file while compiling",
+                "src/lib.rs:3: `include_bytes` reads a file while compiling",
+                "src/lib.rs:4: `#[path]` loads a module from another file",
+                "src/lib.rs:5: `#[path]` loads a module from another file",
+                "src/lib.rs:6: `include` reads a file while compiling",
+            ]
+        );
+    }
 
     #[test]
     fn archive_paths_that_leave_the_archive_are_refused() {

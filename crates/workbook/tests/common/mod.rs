@@ -3,9 +3,13 @@
 // Each test file uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod sandbox;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 use tempfile::TempDir;
+use workbook::grade::sandbox::Sandbox;
 
 /// A workbook repository in a temporary directory: a root `Cargo.toml` with `[workspace]`,
 /// `exercises/` and `solutions/`. Its crates depend on nothing, so they build in a second.
@@ -136,4 +140,18 @@ pub fn run(cmd: &mut Command) -> (Output, String, String) {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     (output, stdout, stderr)
+}
+
+/// True when the grader's sandbox cannot run here (the crate's probe, [`Sandbox::detect`], run
+/// once per test executable), after [`sandbox::unavailable`] said so (under `CI=true` it fails
+/// instead): a test that grades returns at once when this holds.
+pub fn skip_without_sandbox() -> bool {
+    static PROBE: OnceLock<Option<String>> = OnceLock::new();
+    match PROBE.get_or_init(|| Sandbox::detect().err().map(|e| format!("{e:#}"))) {
+        None => false,
+        Some(why) => {
+            sandbox::unavailable(why);
+            true
+        }
+    }
 }

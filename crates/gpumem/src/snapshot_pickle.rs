@@ -1,0 +1,1076 @@
+//! Snapshots as PyTorch writes them: `torch.cuda.memory._dump_snapshot("snap.pickle")` pickles the
+//! dict of `torch.cuda.memory._snapshot()` (keys as in torch/csrc/cuda/memory_snapshot.cpp, torch
+//! 2.x): `segments` (each with `device`, `address`, `total_size`, `allocated_size`, `active_size`,
+//! `requested_size`, `stream`, `segment_type`, `segment_pool_id`, `is_expandable`, `frames`,
+//! `blocks`), `device_traces` (one list of entries per device: `action`, `addr` or, for `oom`,
+//! `device_free`, `size`, `stream`, `time_us`, `frames`) and `allocator_settings`.
+//!
+//! [`write_snapshot`] writes a gpumem [`Snapshot`] in that schema as a protocol-4 pickle, which
+//! Python's `pickle.load` and PyTorch's viewer (pytorch.org/memory_viz) read. [`read_snapshot`]
+//! reads such a pickle — one written by PyTorch or by gpumem — as a stream: the entries of
+//! `device_traces` are handed to a callback one by one and never held all at once, so a real job's
+//! snapshot with millions of events is read in the memory of its segments plus one batch of
+//! entries (Python writes them in batches of 1000).
+//!
+//! Frames: gpumem records no stacks. An entry recorded during a `malloc` gets one frame, the call
+//! site that `#[track_caller]` gives (file and line, no function name); blocks and segments get
+//! none. The frames of a PyTorch snapshot are read past and dropped.
+
+use crate::AllocatorConfig;
+use crate::allocator::StreamId;
+use crate::history::{BlockInfo, BlockState, SegmentInfo, Snapshot, TraceAction, TraceEntry};
+use crate::stats::Pool;
+use crate::trace::{AllocTrace, EntryConverter};
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+/// The pickle protocol gpumem writes (Python 3.8's default, as `pickle.dump` in `_dump_snapshot`).
+pub const PROTOCOL: u8 = 4;
+
+/// Why a snapshot pickle cannot be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotPickleError {
+    /// The file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The bytes are not a pickle this reader understands.
+    #[error("not a readable pickle at byte {offset}: {reason}")]
+    BadPickle {
+        /// Where in the file.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file ends before the pickle does.
+    #[error(
+        "truncated pickle: the file ends before the pickle's STOP (while reading at byte {offset})"
+    )]
+    Truncated {
+        /// Where the read that ran past the end began.
+        offset: u64,
+    },
+    /// A valid pickle, but not shaped like torch's snapshot.
+    #[error("not a PyTorch memory snapshot: {reason}")]
+    WrongSchema {
+        /// What is missing or mistyped.
+        reason: String,
+    },
+}
+
+/// Writes `snapshot` to `path` as torch's `_dump_snapshot` does (a protocol-4 pickle).
+pub fn dump_snapshot(snapshot: &Snapshot, path: &Path) -> Result<(), SnapshotPickleError> {
+    let io_error = |source| SnapshotPickleError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::create(path).map_err(io_error)?;
+    let mut out = io::BufWriter::new(file);
+    write_snapshot(snapshot, &mut out).map_err(io_error)?;
+    out.flush().map_err(io_error)
+}
+
+/// The device index of `cpu` (0) or `cuda:N` (N), for `device` and the place in `device_traces`.
+fn device_index(device: &str) -> usize {
+    device
+        .strip_prefix("cuda:")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Writes `snapshot` in torch's schema as a protocol-4 pickle.
+pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<()> {
+    let mut p = Pickler { out };
+    let device = device_index(&snapshot.device);
+    p.raw(&[PROTO, PROTOCOL])?;
+    p.begin_dict()?;
+
+    p.str("segments")?;
+    p.begin_list()?;
+    for s in &snapshot.segments {
+        p.begin_dict()?;
+        p.key_int("device", device as i128)?;
+        p.key_int("address", s.address.into())?;
+        p.key_int("total_size", s.total_size.into())?;
+        p.key_int("allocated_size", s.allocated_size.into())?;
+        p.key_int("active_size", s.active_size.into())?;
+        let requested: u64 = s.blocks.iter().map(|b| b.requested_size).sum();
+        p.key_int("requested_size", requested.into())?;
+        p.key_int("stream", s.stream.into())?;
+        p.str("segment_type")?;
+        p.str(&s.segment_type)?;
+        p.str("segment_pool_id")?;
+        p.int(0)?;
+        p.int(0)?;
+        p.raw(&[TUPLE2])?;
+        p.str("is_expandable")?;
+        p.bool(s.is_expandable)?;
+        p.empty_frames()?;
+        p.str("blocks")?;
+        p.begin_list()?;
+        for b in &s.blocks {
+            p.begin_dict()?;
+            p.key_int("address", b.address.into())?;
+            p.key_int("size", b.size.into())?;
+            p.key_int("requested_size", b.requested_size.into())?;
+            p.str("state")?;
+            p.str(match b.state {
+                BlockState::ActiveAllocated => "active_allocated",
+                BlockState::ActivePendingFree => "active_pending_free",
+                BlockState::Inactive => "inactive",
+            })?;
+            p.empty_frames()?;
+            p.end_dict()?;
+        }
+        p.end_list()?;
+        p.end_dict()?;
+    }
+    p.end_list()?;
+
+    p.str("device_traces")?;
+    p.begin_list()?;
+    for _ in 0..device {
+        p.raw(&[EMPTY_LIST])?;
+    }
+    p.begin_list()?;
+    for e in &snapshot.trace {
+        p.begin_dict()?;
+        p.str("action")?;
+        p.str(e.action.torch_name())?;
+        let addr_key = if e.action == TraceAction::Oom {
+            "device_free"
+        } else {
+            "addr"
+        };
+        p.key_int(addr_key, e.addr.into())?;
+        p.key_int("size", e.size.into())?;
+        p.key_int("stream", e.stream.into())?;
+        p.key_int("time_us", e.time_us.into())?;
+        p.str("frames")?;
+        p.begin_list()?;
+        if let Some(f) = &e.frame {
+            p.begin_dict()?;
+            p.str("filename")?;
+            p.str(&f.filename)?;
+            p.key_int("line", f.line.into())?;
+            p.str("name")?;
+            p.str(&f.name)?;
+            p.end_dict()?;
+        }
+        p.end_list()?;
+        p.end_dict()?;
+    }
+    p.end_list()?;
+    p.end_list()?;
+
+    p.str("allocator_settings")?;
+    write_settings(&mut p, &snapshot.allocator_settings)?;
+
+    p.end_dict()?;
+    p.raw(&[STOP])
+}
+
+/// `allocator_settings` with torch's keys (`max_split_size` is -1 when unset: torch writes its
+/// `SIZE_MAX` as an `int64`).
+fn write_settings<W: Write>(p: &mut Pickler<'_, W>, c: &AllocatorConfig) -> io::Result<()> {
+    p.begin_dict()?;
+    p.str("PYTORCH_CUDA_ALLOC_CONF")?;
+    p.str(&c.text)?;
+    let max_split = if c.max_split_size == usize::MAX {
+        -1
+    } else {
+        c.max_split_size as i128
+    };
+    p.key_int("max_split_size", max_split)?;
+    p.str("garbage_collection_threshold")?;
+    p.float(c.garbage_collection_threshold)?;
+    p.str("expandable_segments")?;
+    p.bool(c.expandable_segments)?;
+    p.key_int(
+        "pinned_num_register_threads",
+        c.pinned_num_register_threads as i128,
+    )?;
+    p.str("release_lock_on_cudamalloc")?;
+    p.bool(c.release_lock_on_cudamalloc)?;
+    p.str("pinned_use_cuda_host_register")?;
+    p.bool(c.pinned_use_cuda_host_register)?;
+    p.str("roundup_power2_divisions")?;
+    p.begin_dict()?;
+    for (i, d) in c.roundup_power2_divisions.iter().enumerate() {
+        p.key_int(&(1u64 << i).to_string(), *d as i128)?;
+    }
+    p.end_dict()?;
+    p.end_dict()
+}
+
+// Pickle opcodes (Lib/pickletools.py names them).
+const MARK: u8 = b'(';
+const STOP: u8 = b'.';
+const BINFLOAT: u8 = b'G';
+const BININT: u8 = b'J';
+const BININT1: u8 = b'K';
+const BININT2: u8 = b'M';
+const BINUNICODE: u8 = b'X';
+const APPENDS: u8 = b'e';
+const SETITEMS: u8 = b'u';
+const EMPTY_DICT: u8 = b'}';
+const EMPTY_LIST: u8 = b']';
+const TUPLE2: u8 = 0x86;
+const NEWTRUE: u8 = 0x88;
+const NEWFALSE: u8 = 0x89;
+const LONG1: u8 = 0x8a;
+const SHORT_BINUNICODE: u8 = 0x8c;
+// Read only.
+const POP: u8 = b'0';
+const POP_MARK: u8 = b'1';
+const DUP: u8 = b'2';
+const NONE: u8 = b'N';
+const APPEND: u8 = b'a';
+const BINGET: u8 = b'h';
+const LONG_BINGET: u8 = b'j';
+const BINPUT: u8 = b'q';
+const LONG_BINPUT: u8 = b'r';
+const SETITEM: u8 = b's';
+const EMPTY_TUPLE: u8 = b')';
+const TUPLE: u8 = b't';
+const PROTO: u8 = 0x80;
+const TUPLE1: u8 = 0x85;
+const TUPLE3: u8 = 0x87;
+const LONG4: u8 = 0x8b;
+const BINUNICODE8: u8 = 0x8d;
+const BINBYTES8: u8 = 0x8e;
+const EMPTY_SET: u8 = 0x8f;
+const ADDITEMS: u8 = 0x90;
+const FROZENSET: u8 = 0x91;
+const MEMOIZE: u8 = 0x94;
+const FRAME: u8 = 0x95;
+const SHORT_BINBYTES: u8 = b'C';
+const BINBYTES: u8 = b'B';
+
+/// Writes pickle opcodes. Dicts and lists are written as `EMPTY_* MARK items SETITEMS/APPENDS`.
+struct Pickler<'a, W: Write> {
+    out: &'a mut W,
+}
+
+impl<W: Write> Pickler<'_, W> {
+    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)
+    }
+
+    fn begin_dict(&mut self) -> io::Result<()> {
+        self.raw(&[EMPTY_DICT, MARK])
+    }
+
+    fn end_dict(&mut self) -> io::Result<()> {
+        self.raw(&[SETITEMS])
+    }
+
+    fn begin_list(&mut self) -> io::Result<()> {
+        self.raw(&[EMPTY_LIST, MARK])
+    }
+
+    fn end_list(&mut self) -> io::Result<()> {
+        self.raw(&[APPENDS])
+    }
+
+    fn str(&mut self, s: &str) -> io::Result<()> {
+        let len = s.len();
+        if len < 256 {
+            self.raw(&[SHORT_BINUNICODE, len as u8])?;
+        } else {
+            self.raw(&[BINUNICODE])?;
+            self.raw(&(len as u32).to_le_bytes())?;
+        }
+        self.raw(s.as_bytes())
+    }
+
+    /// An int in the shortest form Python's pickler would use.
+    fn int(&mut self, v: i128) -> io::Result<()> {
+        if (0..256).contains(&v) {
+            self.raw(&[BININT1, v as u8])
+        } else if (0..65536).contains(&v) {
+            self.raw(&[BININT2])?;
+            self.raw(&(v as u16).to_le_bytes())
+        } else if (i32::MIN as i128..=i32::MAX as i128).contains(&v) {
+            self.raw(&[BININT])?;
+            self.raw(&(v as i32).to_le_bytes())
+        } else {
+            // LONG1: little-endian two's complement, as few bytes as keep the sign.
+            let bytes = v.to_le_bytes();
+            let mut n = bytes.len();
+            while n > 1 {
+                let top = bytes[n - 1];
+                let next_sign = bytes[n - 2] & 0x80;
+                if (top == 0 && next_sign == 0) || (top == 0xff && next_sign != 0) {
+                    n -= 1;
+                } else {
+                    break;
+                }
+            }
+            self.raw(&[LONG1, n as u8])?;
+            self.raw(&bytes[..n])
+        }
+    }
+
+    fn key_int(&mut self, key: &str, v: i128) -> io::Result<()> {
+        self.str(key)?;
+        self.int(v)
+    }
+
+    fn bool(&mut self, b: bool) -> io::Result<()> {
+        self.raw(&[if b { NEWTRUE } else { NEWFALSE }])
+    }
+
+    fn float(&mut self, f: f64) -> io::Result<()> {
+        self.raw(&[BINFLOAT])?;
+        self.raw(&f.to_be_bytes())
+    }
+
+    fn empty_frames(&mut self) -> io::Result<()> {
+        self.str("frames")?;
+        self.raw(&[EMPTY_LIST])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading: a pickle machine for what `pickle.dump` writes (protocol 2 to 5), streaming the trace.
+
+/// The largest string or integer the reader accepts: no snapshot field comes near it, and a
+/// corrupt length must not make the reader ask for gigabytes.
+const MAX_STRING_BYTES: u64 = 1 << 26;
+
+/// Short strings kept decoded (keys, actions, states), at most this many and this long.
+const MAX_INTERNED: usize = 4096;
+/// See [`MAX_INTERNED`].
+const MAX_INTERNED_LEN: usize = 64;
+
+/// What [`read_snapshot`] found besides the trace entries it handed over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotContents {
+    /// The segments (every device's), with their blocks; `device` is each one's device index.
+    pub segments: Vec<(usize, SegmentInfo)>,
+    /// How many lists `device_traces` holds (one per device).
+    pub devices: usize,
+    /// Entries per device handed to the callback.
+    pub entries: Vec<usize>,
+    /// Entries whose action gpumem does not model (e.g. torch's `user_defined` annotations): left
+    /// out.
+    pub skipped: usize,
+    /// `allocator_settings["PYTORCH_CUDA_ALLOC_CONF"]`, when the snapshot has it.
+    pub alloc_conf: Option<String>,
+}
+
+/// One value on the pickle machine's stack. Containers of the trace are never built: a device's
+/// list of entries hands each entry over as it is appended.
+#[derive(Debug, Clone)]
+enum Value {
+    None,
+    Bool(bool),
+    Int(i128),
+    Float,
+    Str(std::rc::Rc<str>),
+    List(Vec<Value>),
+    Tuple,
+    Dict(Vec<(Value, Value)>),
+    /// The `device_traces` list, with how many device lists it has received.
+    DeviceTraces(usize),
+    /// One device's list of trace entries (streamed, never stored).
+    Entries(usize),
+    /// A container met again through the memo (torch shares `frames` lists), or bytes: read past.
+    Opaque,
+    Mark,
+}
+
+impl Value {
+    fn kind(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Bool(_) => "a bool",
+            Value::Int(_) => "an int",
+            Value::Float => "a float",
+            Value::Str(_) => "a str",
+            Value::List(_) | Value::DeviceTraces(_) | Value::Entries(_) => "a list",
+            Value::Tuple => "a tuple",
+            Value::Dict(_) => "a dict",
+            Value::Opaque => "a shared object",
+            Value::Mark => "a mark",
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Dict(items) => items
+                .iter()
+                .find(|(k, _)| matches!(k, Value::Str(s) if &**s == key))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+/// Reads bytes and counts them, so that errors can say where.
+struct Input<R> {
+    inner: R,
+    offset: u64,
+}
+
+impl<R: io::Read> Input<R> {
+    fn bytes(&mut self, buf: &mut [u8]) -> Result<(), SnapshotPickleError> {
+        match self.inner.read_exact(buf) {
+            Ok(()) => {
+                self.offset += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(SnapshotPickleError::Truncated {
+                    offset: self.offset,
+                })
+            }
+            Err(source) => Err(SnapshotPickleError::Io {
+                path: "the snapshot".into(),
+                source,
+            }),
+        }
+    }
+
+    fn u8(&mut self) -> Result<u8, SnapshotPickleError> {
+        let mut b = [0u8; 1];
+        self.bytes(&mut b)?;
+        Ok(b[0])
+    }
+
+    fn le<const N: usize>(&mut self) -> Result<[u8; N], SnapshotPickleError> {
+        let mut b = [0u8; N];
+        self.bytes(&mut b)?;
+        Ok(b)
+    }
+
+    fn data(&mut self, len: u64, what: &str) -> Result<Vec<u8>, SnapshotPickleError> {
+        if len > MAX_STRING_BYTES {
+            return Err(SnapshotPickleError::BadPickle {
+                offset: self.offset,
+                reason: format!(
+                    "{what} of {len} bytes is larger than any snapshot field ({MAX_STRING_BYTES} \
+                     bytes at most): the file is corrupt"
+                ),
+            });
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.bytes(&mut buf)?;
+        Ok(buf)
+    }
+}
+
+/// Reads a snapshot pickle (PyTorch's `_dump_snapshot` or gpumem's [`dump_snapshot`]) from
+/// `input`, handing each trace entry to `on_entry(device, entry)` as it is read; returns the
+/// segments and counts. Entry totals (`allocated`, `reserved`) are 0: torch's entries carry none.
+pub fn read_snapshot(
+    input: impl io::Read,
+    mut on_entry: impl FnMut(usize, TraceEntry),
+) -> Result<SnapshotContents, SnapshotPickleError> {
+    let mut input = Input {
+        inner: input,
+        offset: 0,
+    };
+    let mut stack: Vec<Value> = Vec::new();
+    // Only scalars are kept in the memo; containers come back as `Opaque`.
+    let mut memo: HashMap<u64, Value> = HashMap::new();
+    let mut next_memo = 0u64;
+    let mut interned: HashMap<Box<[u8]>, std::rc::Rc<str>> = HashMap::new();
+    let mut entries: Vec<usize> = Vec::new();
+    let mut skipped = 0usize;
+    let bad = |offset: u64, reason: String| SnapshotPickleError::BadPickle { offset, reason };
+
+    let first = input.u8().map_err(|e| match e {
+        SnapshotPickleError::Truncated { .. } => bad(0, "the file is empty".into()),
+        e => e,
+    })?;
+    if first != PROTO {
+        return Err(bad(
+            0,
+            format!(
+                "it starts with byte 0x{first:02x}, not a protocol 2+ header (0x80): is this a \
+                 pickle written by torch.cuda.memory._dump_snapshot?"
+            ),
+        ));
+    }
+    let protocol = input.u8()?;
+    if !(2..=5).contains(&protocol) {
+        return Err(bad(
+            1,
+            format!("pickle protocol {protocol} (this reader reads protocols 2 to 5)"),
+        ));
+    }
+    loop {
+        let at = input.offset;
+        let op = input.u8()?;
+        let underflow = || bad(at, format!("opcode 0x{op:02x} finds the stack empty"));
+        match op {
+            STOP => break,
+            FRAME => {
+                input.le::<8>()?;
+            }
+            MARK => stack.push(Value::Mark),
+            POP => {
+                stack.pop().ok_or_else(underflow)?;
+            }
+            POP_MARK => {
+                let m = last_mark(&stack).ok_or_else(underflow)?;
+                stack.truncate(m);
+            }
+            DUP => {
+                let top = stack.last().ok_or_else(underflow)?.clone();
+                stack.push(top);
+            }
+            NONE => stack.push(Value::None),
+            NEWTRUE => stack.push(Value::Bool(true)),
+            NEWFALSE => stack.push(Value::Bool(false)),
+            BININT => stack.push(Value::Int(i32::from_le_bytes(input.le()?).into())),
+            BININT1 => stack.push(Value::Int(input.u8()?.into())),
+            BININT2 => stack.push(Value::Int(u16::from_le_bytes(input.le()?).into())),
+            LONG1 | LONG4 => {
+                let n = if op == LONG1 {
+                    u64::from(input.u8()?)
+                } else {
+                    u64::from(u32::from_le_bytes(input.le()?))
+                };
+                if n > 16 {
+                    return Err(bad(
+                        at,
+                        format!("an integer of {n} bytes: larger than any address or size"),
+                    ));
+                }
+                let bytes = input.data(n, "an integer")?;
+                let mut v: i128 = 0;
+                for (i, b) in bytes.iter().enumerate() {
+                    v |= i128::from(*b) << (8 * i);
+                }
+                if n > 0 && n < 16 && bytes[n as usize - 1] & 0x80 != 0 {
+                    v -= 1i128 << (8 * n);
+                }
+                stack.push(Value::Int(v));
+            }
+            BINFLOAT => {
+                input.le::<8>()?;
+                stack.push(Value::Float);
+            }
+            SHORT_BINUNICODE => {
+                // Keys and actions repeat in every entry: short strings are decoded once.
+                let len = usize::from(input.u8()?);
+                let mut buf = [0u8; 255];
+                input.bytes(&mut buf[..len])?;
+                let key = &buf[..len];
+                let text = match interned.get(key) {
+                    Some(text) => text.clone(),
+                    None => {
+                        let text: std::rc::Rc<str> = std::str::from_utf8(key)
+                            .map_err(|_| bad(at, "a string that is not UTF-8".into()))?
+                            .into();
+                        if len <= MAX_INTERNED_LEN && interned.len() < MAX_INTERNED {
+                            interned.insert(key.into(), text.clone());
+                        }
+                        text
+                    }
+                };
+                stack.push(Value::Str(text));
+            }
+            BINUNICODE | BINUNICODE8 => {
+                let len = if op == BINUNICODE {
+                    u64::from(u32::from_le_bytes(input.le()?))
+                } else {
+                    u64::from_le_bytes(input.le()?)
+                };
+                let data = input.data(len, "a string")?;
+                let text = String::from_utf8(data)
+                    .map_err(|_| bad(at, "a string that is not UTF-8".into()))?;
+                stack.push(Value::Str(text.into()));
+            }
+            SHORT_BINBYTES | BINBYTES | BINBYTES8 => {
+                let len = match op {
+                    SHORT_BINBYTES => u64::from(input.u8()?),
+                    BINBYTES => u64::from(u32::from_le_bytes(input.le()?)),
+                    _ => u64::from_le_bytes(input.le()?),
+                };
+                input.data(len, "a bytes object")?;
+                stack.push(Value::Opaque);
+            }
+            EMPTY_DICT => stack.push(Value::Dict(Vec::new())),
+            EMPTY_TUPLE => stack.push(Value::Tuple),
+            EMPTY_SET => stack.push(Value::Opaque),
+            EMPTY_LIST => {
+                let list = list_role(&stack);
+                stack.push(list);
+            }
+            TUPLE1 | TUPLE2 | TUPLE3 => {
+                let n = usize::from(op - TUPLE1 + 1);
+                if stack.len() < n {
+                    return Err(underflow());
+                }
+                stack.truncate(stack.len() - n);
+                stack.push(Value::Tuple);
+            }
+            TUPLE | FROZENSET => {
+                let m = last_mark(&stack).ok_or_else(underflow)?;
+                stack.truncate(m);
+                stack.push(if op == TUPLE {
+                    Value::Tuple
+                } else {
+                    Value::Opaque
+                });
+            }
+            ADDITEMS => {
+                let m = last_mark(&stack).ok_or_else(underflow)?;
+                stack.truncate(m);
+            }
+            APPEND | APPENDS => {
+                let items = if op == APPEND {
+                    vec![stack.pop().ok_or_else(underflow)?]
+                } else {
+                    let m = last_mark(&stack).ok_or_else(underflow)?;
+                    let items = stack.split_off(m + 1);
+                    stack.pop();
+                    items
+                };
+                match stack.last_mut().ok_or_else(underflow)? {
+                    Value::List(list) => list.extend(items),
+                    Value::DeviceTraces(count) => *count += items.len(),
+                    Value::Entries(device) => {
+                        let device = *device;
+                        if entries.len() <= device {
+                            entries.resize(device + 1, 0);
+                        }
+                        for item in items {
+                            let index = entries[device];
+                            match trace_entry(&item).map_err(|reason| {
+                                SnapshotPickleError::WrongSchema {
+                                    reason: format!("device_traces[{device}][{index}]: {reason}"),
+                                }
+                            })? {
+                                Some(entry) => {
+                                    entries[device] += 1;
+                                    on_entry(device, entry);
+                                }
+                                None => skipped += 1,
+                            }
+                        }
+                    }
+                    Value::Opaque => {}
+                    other => {
+                        return Err(bad(at, format!("append to {}, not a list", other.kind())));
+                    }
+                }
+            }
+            SETITEM | SETITEMS => {
+                let items = if op == SETITEM {
+                    if stack.len() < 2 {
+                        return Err(underflow());
+                    }
+                    stack.split_off(stack.len() - 2)
+                } else {
+                    let m = last_mark(&stack).ok_or_else(underflow)?;
+                    let items = stack.split_off(m + 1);
+                    stack.pop();
+                    items
+                };
+                if items.len() % 2 != 0 {
+                    return Err(bad(at, "SETITEMS with a key and no value".into()));
+                }
+                match stack.last_mut().ok_or_else(underflow)? {
+                    Value::Dict(dict) => {
+                        let mut it = items.into_iter();
+                        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                            dict.push((k, v));
+                        }
+                    }
+                    Value::Opaque => {}
+                    other => {
+                        return Err(bad(
+                            at,
+                            format!("set an item of {}, not a dict", other.kind()),
+                        ));
+                    }
+                }
+            }
+            MEMOIZE | BINPUT | LONG_BINPUT => {
+                let index = match op {
+                    MEMOIZE => next_memo,
+                    BINPUT => u64::from(input.u8()?),
+                    _ => u64::from(u32::from_le_bytes(input.le()?)),
+                };
+                next_memo = next_memo.max(index + 1);
+                match stack.last().ok_or_else(underflow)? {
+                    v @ (Value::Str(_)
+                    | Value::Int(_)
+                    | Value::Float
+                    | Value::Bool(_)
+                    | Value::None) => {
+                        memo.insert(index, v.clone());
+                    }
+                    _ => {
+                        memo.remove(&index);
+                    }
+                }
+            }
+            BINGET | LONG_BINGET => {
+                let index = if op == BINGET {
+                    u64::from(input.u8()?)
+                } else {
+                    u64::from(u32::from_le_bytes(input.le()?))
+                };
+                if index >= next_memo {
+                    return Err(bad(at, format!("memo entry {index} was never stored")));
+                }
+                stack.push(memo.get(&index).cloned().unwrap_or(Value::Opaque));
+            }
+            other => {
+                return Err(bad(
+                    at,
+                    format!(
+                        "opcode 0x{other:02x} ({}) is not one pickle.dump writes for a snapshot \
+                         (dicts, lists, tuples, numbers, strings)",
+                        if other.is_ascii_graphic() {
+                            format!("{:?}", other as char)
+                        } else {
+                            "binary".into()
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    let top = match stack.as_slice() {
+        [top] => top,
+        _ => {
+            return Err(bad(
+                input.offset,
+                format!("STOP with {} values on the stack, not one", stack.len()),
+            ));
+        }
+    };
+    snapshot_contents(top, entries, skipped)
+}
+
+/// The position of the topmost mark.
+fn last_mark(stack: &[Value]) -> Option<usize> {
+    stack.iter().rposition(|v| matches!(v, Value::Mark))
+}
+
+/// What a new list is: `device_traces` (the value after that key in the top-level dict), one
+/// device's entries (an item of `device_traces`), or an ordinary list.
+fn list_role(stack: &[Value]) -> Value {
+    match stack {
+        // The top-level dict, its SETITEMS mark, pairs, then the key.
+        [Value::Dict(_), Value::Mark, rest @ ..]
+            if rest.len() % 2 == 1
+                && matches!(rest.last(), Some(Value::Str(k)) if &**k == "device_traces") =>
+        {
+            Value::DeviceTraces(0)
+        }
+        [Value::Dict(_), Value::Str(k)] if &**k == "device_traces" => Value::DeviceTraces(0),
+        [.., Value::DeviceTraces(count)] => Value::Entries(*count),
+        _ => {
+            // Device lists pushed after the outer list's APPENDS mark.
+            if let Some(m) = last_mark(stack)
+                && let Some(Value::DeviceTraces(count)) = m.checked_sub(1).map(|i| &stack[i])
+            {
+                return Value::Entries(count + stack.len() - m - 1);
+            }
+            Value::List(Vec::new())
+        }
+    }
+}
+
+/// A whole number ≥ 0 that fits in a u64, or why not.
+fn count_of(v: &Value, key: &str) -> Result<u64, String> {
+    match v {
+        Value::Int(n) if (0..=i128::from(u64::MAX)).contains(n) => Ok(*n as u64),
+        Value::Int(n) => Err(format!("'{key}' is {n}, not a byte count or address")),
+        other => Err(format!("'{key}' is {}, not an int", other.kind())),
+    }
+}
+
+fn field<'v>(d: &'v Value, key: &str) -> Result<&'v Value, String> {
+    d.get(key).ok_or_else(|| format!("no '{key}'"))
+}
+
+/// One entry of `device_traces` (`None`: an action gpumem does not model).
+fn trace_entry(v: &Value) -> Result<Option<TraceEntry>, String> {
+    if !matches!(v, Value::Dict(_)) {
+        return Err(format!("{}, not a dict", v.kind()));
+    }
+    let action = match field(v, "action")? {
+        Value::Str(s) => s.clone(),
+        other => return Err(format!("'action' is {}, not a str", other.kind())),
+    };
+    let Some(action) = TraceAction::from_torch_name(&action)
+        .or_else(|| (&*action == "free").then_some(TraceAction::FreeRequested))
+    else {
+        return Ok(None);
+    };
+    let addr_key = if action == TraceAction::Oom {
+        "device_free"
+    } else {
+        "addr"
+    };
+    let stream = match v.get("stream") {
+        // torch writes the stream handle as an int64: a pointer may read as negative.
+        Some(Value::Int(n)) => *n as u64,
+        Some(other) => return Err(format!("'stream' is {}, not an int", other.kind())),
+        None => 0,
+    };
+    let time_us = match v.get("time_us") {
+        Some(Value::Int(n)) => (*n).max(0) as u64,
+        _ => 0,
+    };
+    Ok(Some(TraceEntry {
+        action,
+        addr: count_of(field(v, addr_key)?, addr_key)?,
+        size: count_of(field(v, "size")?, "size")?,
+        stream,
+        allocated: 0,
+        reserved: 0,
+        time_us,
+        frame: None,
+    }))
+}
+
+/// The segments and settings of the top-level dict.
+fn snapshot_contents(
+    top: &Value,
+    entries: Vec<usize>,
+    skipped: usize,
+) -> Result<SnapshotContents, SnapshotPickleError> {
+    let schema = |reason: String| SnapshotPickleError::WrongSchema { reason };
+    if !matches!(top, Value::Dict(_)) {
+        return Err(schema(format!(
+            "the pickle holds {}, not a dict",
+            top.kind()
+        )));
+    }
+    let devices = match top.get("device_traces") {
+        Some(Value::DeviceTraces(n)) => *n,
+        Some(other) => {
+            return Err(schema(format!(
+                "'device_traces' is {}, not a list of lists",
+                other.kind()
+            )));
+        }
+        None => {
+            return Err(schema(
+                "no 'device_traces' (torch.cuda.memory._snapshot() writes one list of trace \
+                 entries per device; this dict has no trace)"
+                    .into(),
+            ));
+        }
+    };
+    let Some(Value::List(raw_segments)) = top.get("segments") else {
+        return Err(schema("no 'segments' list".into()));
+    };
+    let mut segments = Vec::new();
+    for (i, s) in raw_segments.iter().enumerate() {
+        segments.push(segment(s).map_err(|r| schema(format!("segments[{i}]: {r}")))?);
+    }
+    let alloc_conf = match top.get("allocator_settings") {
+        Some(settings) => match settings.get("PYTORCH_CUDA_ALLOC_CONF") {
+            Some(Value::Str(s)) => Some(s.to_string()),
+            _ => None,
+        },
+        None => None,
+    };
+    let mut entries = entries;
+    entries.resize(entries.len().max(devices), 0);
+    Ok(SnapshotContents {
+        segments,
+        devices,
+        entries,
+        skipped,
+        alloc_conf,
+    })
+}
+
+/// One segment and its blocks.
+fn segment(s: &Value) -> Result<(usize, SegmentInfo), String> {
+    let device = count_of(field(s, "device")?, "device")? as usize;
+    let address = count_of(field(s, "address")?, "address")?;
+    let pool = match field(s, "segment_type")? {
+        Value::Str(t) if &**t == "small" => Pool::Small,
+        Value::Str(t) if &**t == "large" => Pool::Large,
+        other => {
+            return Err(format!(
+                "'segment_type' is {other:?}, not 'small' or 'large'"
+            ));
+        }
+    };
+    let stream = match field(s, "stream")? {
+        Value::Int(n) => *n as u64,
+        other => return Err(format!("'stream' is {}, not an int", other.kind())),
+    };
+    let is_expandable = matches!(s.get("is_expandable"), Some(Value::Bool(true)));
+    let Value::List(raw_blocks) = field(s, "blocks")? else {
+        return Err("'blocks' is not a list".into());
+    };
+    let mut blocks = Vec::new();
+    let mut cursor = address;
+    for (j, b) in raw_blocks.iter().enumerate() {
+        let at = |r: String| format!("blocks[{j}]: {r}");
+        let size = count_of(field(b, "size").map_err(at)?, "size").map_err(at)?;
+        let state = match field(b, "state").map_err(at)? {
+            Value::Str(t) if &**t == "active_allocated" => BlockState::ActiveAllocated,
+            Value::Str(t) if &**t == "active_pending_free" => BlockState::ActivePendingFree,
+            Value::Str(t) if &**t == "inactive" => BlockState::Inactive,
+            other => return Err(at(format!("'state' is {other:?}"))),
+        };
+        let requested_size = match b.get("requested_size") {
+            Some(v) => count_of(v, "requested_size").map_err(at)?,
+            None => 0,
+        };
+        let block_address = match b.get("address") {
+            Some(v) => count_of(v, "address").map_err(at)?,
+            None => cursor,
+        };
+        cursor = block_address.saturating_add(size);
+        blocks.push(BlockInfo {
+            address: block_address,
+            size,
+            requested_size,
+            state,
+        });
+    }
+    Ok((
+        device,
+        SegmentInfo::new(address, StreamId(stream), pool, is_expandable, blocks),
+    ))
+}
+
+/// Reads the snapshot pickle at `path` (see [`read_snapshot`]).
+pub fn read_snapshot_file(
+    path: &Path,
+    on_entry: impl FnMut(usize, TraceEntry),
+) -> Result<SnapshotContents, SnapshotPickleError> {
+    let file = std::fs::File::open(path).map_err(|source| SnapshotPickleError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    read_snapshot(io::BufReader::with_capacity(1 << 16, file), on_entry).map_err(|e| match e {
+        SnapshotPickleError::Io { source, .. } => SnapshotPickleError::Io {
+            path: path.display().to_string(),
+            source,
+        },
+        e => e,
+    })
+}
+
+/// Whether `path` holds a pickle (its first byte is protocol 2+'s 0x80) rather than JSON.
+pub fn is_pickle(path: &Path) -> bool {
+    use io::Read;
+    let mut first = [0u8; 1];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut first))
+        .is_ok_and(|()| first[0] == PROTO)
+}
+
+/// The replayable traces of a snapshot pickle, one per device whose `device_traces` list has
+/// entries, as (device index, trace). Read as a stream: what is held is the replayable events
+/// (24 bytes each) and the blocks live at the point reached, never the snapshot's entries.
+pub fn read_alloc_traces(path: &Path) -> Result<Vec<(usize, AllocTrace)>, SnapshotPickleError> {
+    let mut converters: Vec<EntryConverter> = Vec::new();
+    let contents = read_snapshot_file(path, |device, entry| {
+        while converters.len() <= device {
+            let n = converters.len();
+            converters.push(EntryConverter::new(format!(
+                "device_traces[{n}] of {}: allocs and free_requested entries; frees of blocks \
+                 allocated before recording began left out",
+                path.display()
+            )));
+        }
+        converters[device].push(&entry);
+    })?;
+    let traces: Vec<(usize, AllocTrace)> = converters
+        .into_iter()
+        .map(EntryConverter::finish)
+        .enumerate()
+        .filter(|(_, t)| !t.events.is_empty())
+        .collect();
+    if traces.is_empty() {
+        return Err(SnapshotPickleError::WrongSchema {
+            reason: format!(
+                "no alloc entries in device_traces ({} device list(s), {} entries): was \
+                 torch.cuda.memory._record_memory_history() called before the work?",
+                contents.devices,
+                contents.entries.iter().sum::<usize>()
+            ),
+        });
+    }
+    Ok(traces)
+}
+
+/// A snapshot pickle as a gpumem [`Snapshot`] (what `workbook viz` draws): the first device with
+/// trace entries (else with segments), its segments, and its trace with running totals. torch's
+/// entries carry no totals: `allocated` counts the bytes asked for (alloc minus free_completed)
+/// and `reserved` the segments' bytes, both offset so that they end at what the segments hold.
+/// The chosen device's entries are held (56 bytes each).
+pub fn load_snapshot(path: &Path) -> Result<Snapshot, SnapshotPickleError> {
+    let mut per_device: Vec<Vec<TraceEntry>> = Vec::new();
+    let contents = read_snapshot_file(path, |device, entry| {
+        if per_device.len() <= device {
+            per_device.resize_with(device + 1, Vec::new);
+        }
+        // Only the first device with entries is drawn; later ones are not kept.
+        if per_device[..device].iter().all(Vec::is_empty) {
+            per_device[device].push(entry);
+        }
+    })?;
+    let device = per_device
+        .iter()
+        .position(|t| !t.is_empty())
+        .or_else(|| contents.segments.first().map(|(d, _)| *d))
+        .unwrap_or(0);
+    let mut trace = per_device.into_iter().nth(device).unwrap_or_default();
+    let segments: Vec<SegmentInfo> = contents
+        .segments
+        .into_iter()
+        .filter(|(d, _)| *d == device)
+        .map(|(_, s)| s)
+        .collect();
+    let (mut requested, mut reserved) = (0i128, 0i128);
+    for e in &mut trace {
+        let size = i128::from(e.size);
+        match e.action {
+            TraceAction::Alloc => requested += size,
+            TraceAction::FreeCompleted => requested -= size,
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += size,
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved -= size,
+            _ => {}
+        }
+        e.allocated = requested as u64;
+        e.reserved = reserved as u64;
+    }
+    let final_requested: u64 = segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state != BlockState::Inactive)
+        .map(|b| b.requested_size)
+        .sum();
+    let final_reserved: u64 = segments.iter().map(|s| s.total_size).sum();
+    let offset_requested = (i128::from(final_requested) - requested).max(0);
+    let offset_reserved = (i128::from(final_reserved) - reserved).max(0);
+    for e in &mut trace {
+        e.allocated = (i128::from(e.allocated as i64) + offset_requested).max(0) as u64;
+        e.reserved = (i128::from(e.reserved as i64) + offset_reserved).max(0) as u64;
+    }
+    let mut allocator_settings = AllocatorConfig::default();
+    if let Some(text) = contents.alloc_conf.filter(|t| !t.is_empty()) {
+        allocator_settings = AllocatorConfig::parse(&text).unwrap_or_default();
+    }
+    Ok(Snapshot {
+        device: format!("device {device} of {}", path.display()),
+        segments,
+        trace,
+        allocator_settings,
+    })
+}

@@ -1,0 +1,151 @@
+//! `record_memory_history` with torch's options and its semantics when turned off and on again
+//! (`recordHistory` in c10/cuda/CUDACachingAllocator.cpp and `_record_memory_history` in
+//! torch/csrc/cuda/memory_snapshot.cpp, torch 2.x).
+
+use gpumem::allocator::{CachingAllocator, PendingUse, StreamId};
+use gpumem::backend_cpu::CpuBackend;
+use gpumem::history::BlockState;
+use gpumem::{AllocatorConfig, HistoryLevel, HistoryOptions, TraceAction};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const S0: StreamId = StreamId(0);
+
+fn allocator() -> CachingAllocator<CpuBackend> {
+    CachingAllocator::new(CpuBackend::new(1 << 30), "cpu", AllocatorConfig::default())
+}
+
+fn actions(a: &CachingAllocator<CpuBackend>) -> Vec<TraceAction> {
+    a.snapshot().trace.iter().map(|e| e.action).collect()
+}
+
+#[test]
+fn the_default_keeps_every_entry() {
+    let a = allocator();
+    a.record_history(true);
+    for _ in 0..1000 {
+        let b = a.malloc(512, S0).unwrap();
+        a.free(b, vec![]);
+    }
+    // 1 segment_alloc + 1000 × (alloc, free_requested, free_completed) + the snapshot entry.
+    assert_eq!(a.snapshot().trace.len(), 3002);
+}
+
+#[test]
+fn max_entries_keeps_the_newest_entries() {
+    let a = allocator();
+    a.record_history_options(HistoryOptions {
+        enabled: Some(HistoryLevel::All),
+        max_entries: 3,
+    });
+    let b = a.malloc(512, S0).unwrap();
+    a.free(b, vec![]);
+    assert_eq!(
+        actions(&a),
+        [
+            TraceAction::FreeRequested,
+            TraceAction::FreeCompleted,
+            TraceAction::Snapshot
+        ]
+    );
+}
+
+#[test]
+fn state_keeps_one_entry_as_torch() {
+    let a = allocator();
+    a.record_history_options(HistoryOptions {
+        enabled: Some(HistoryLevel::State),
+        max_entries: 1000,
+    });
+    let b = a.malloc(512, S0).unwrap();
+    assert_eq!(actions(&a), [TraceAction::Snapshot]);
+    a.free(b, vec![]);
+}
+
+#[test]
+fn turning_recording_off_drops_the_trace_and_on_again_starts_empty() {
+    let a = allocator();
+    a.record_history(true);
+    let b = a.malloc(512, S0).unwrap();
+    a.record_history(false);
+    assert!(a.snapshot().trace.is_empty(), "off drops what was recorded");
+    a.free(b, vec![]);
+    a.record_history(true);
+    let c = a.malloc(512, S0).unwrap();
+    assert_eq!(actions(&a), [TraceAction::Alloc, TraceAction::Snapshot]);
+    // Turning it on while on keeps what is recorded.
+    a.record_history(true);
+    assert_eq!(
+        actions(&a),
+        [
+            TraceAction::Alloc,
+            TraceAction::Snapshot,
+            TraceAction::Snapshot
+        ]
+    );
+    a.free(c, vec![]);
+}
+
+/// Work on another stream that the test finishes by hand.
+struct Flag(Arc<AtomicBool>);
+
+impl PendingUse for Flag {
+    fn is_done(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn wait(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_free_used_on_another_stream_completes_when_that_work_is_done() {
+    let a = allocator();
+    a.record_history(true);
+    let b = a.malloc(4096, S0).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    a.free(b, vec![Box::new(Flag(done.clone()))]);
+    // Freed by the program, still active (and counted) until the other stream's work is done.
+    let snap = a.snapshot();
+    assert_eq!(
+        snap.segments[0].blocks[0].state,
+        BlockState::ActivePendingFree
+    );
+    assert_eq!(snap.segments[0].active_size, 4096);
+    assert_eq!(a.memory_stats().get("active_bytes.all.current"), Some(4096));
+    assert_eq!(a.memory_stats().get("allocated_bytes.all.current"), Some(0));
+    assert!(!actions(&a).contains(&TraceAction::FreeCompleted));
+    done.store(true, Ordering::SeqCst);
+    // The next allocator call sees the work done and completes the free first.
+    let c = a.malloc(100_000, S0).unwrap();
+    let trace = a.snapshot().trace;
+    let kinds: Vec<_> = trace.iter().map(|e| e.action).collect();
+    let requested = kinds.iter().position(|&k| k == TraceAction::FreeRequested);
+    let completed = kinds.iter().position(|&k| k == TraceAction::FreeCompleted);
+    assert!(requested < completed, "{kinds:?}");
+    assert_eq!(trace[completed.unwrap()].addr, b.ptr);
+    assert_eq!(
+        a.memory_stats().get("active_bytes.all.current"),
+        Some(c.size as u64)
+    );
+    a.free(c, vec![]);
+}
+
+#[test]
+fn an_allocation_through_the_device_records_the_callers_line() {
+    let dev = gpumem::Device::cpu();
+    dev.record_memory_history(true);
+    let line = line!() + 1;
+    let buf = dev.alloc::<f32>(1000).unwrap();
+    let snap = dev.snapshot();
+    dev.record_memory_history(false);
+    let alloc = snap
+        .trace
+        .iter()
+        .rfind(|e| e.action == TraceAction::Alloc)
+        .expect("an alloc entry");
+    let frame = alloc.frame.as_ref().expect("a frame");
+    assert!(frame.filename.ends_with("history.rs"), "{frame:?}");
+    assert_eq!(frame.line, u64::from(line));
+    drop(buf);
+}

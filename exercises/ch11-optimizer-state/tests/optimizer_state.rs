@@ -1,0 +1,330 @@
+//! Graded tests for chapter 11: optimizer state, zero_grad and in-place operations.
+
+use ch11_optimizer_state::{
+    Batch, Kind, Phase, ROWS, ReluMemory, SIZES, StepMemory, Variant, forward_relu_in_place,
+    predict_state_bytes, predict_step_memory, relu_memory, train_step,
+};
+use gpumem::Device;
+use gpumem::autograd::{Activation, Mlp, Tensor, no_grad};
+use gpumem::ops::XorShift;
+use gpumem::testing::{Prediction, assert_close, device};
+
+/// A generator with a fresh seed, printed so that a failure can be reproduced.
+fn rng() -> XorShift {
+    let rng = XorShift::fresh();
+    println!("seed {}", rng.seed());
+    rng
+}
+
+fn setup(dev: &Device, sizes: &[usize]) -> anyhow::Result<(Mlp, Batch)> {
+    let mut rng = rng();
+    let model = Mlp::new(dev, sizes, Activation::Relu, &mut rng)?;
+    let batch = Batch::random(dev, &mut rng, ROWS, sizes)?;
+    Ok((model, batch))
+}
+
+/// Bytes of the gradients' blocks of `model`.
+fn gradient_bytes(model: &Mlp) -> u64 {
+    model
+        .parameters()
+        .iter()
+        .filter_map(Tensor::grad)
+        .map(|g| g.data().block_bytes() as u64)
+        .sum()
+}
+
+// ---- predict the state ----
+
+/// The state the allocator counts after the first step, checked against the optimizer's own
+/// count.
+fn measure_state(kind: Kind, sizes: &[usize]) -> anyhow::Result<u64> {
+    let dev = device();
+    let (model, batch) = setup(&dev, sizes)?;
+    let mut optimizer = kind.optimizer(model.parameters())?;
+    let loss = batch.loss(&model)?;
+    loss.backward()?;
+    drop(loss);
+    let before = dev.memory_allocated();
+    optimizer.step()?;
+    let state = dev.memory_allocated() - before;
+    assert_eq!(optimizer.state_bytes(), state, "the optimizer's count");
+    Ok(state)
+}
+
+fn check_state(kind: Kind, sizes: &[usize], want: u64) -> anyhow::Result<()> {
+    let measured = measure_state(kind, sizes)?;
+    assert_eq!(measured, want, "the allocator's numbers");
+    Prediction::new(format!(
+        "your predict_state_bytes for {kind:?} over {sizes:?}"
+    ))
+    .bytes(
+        "optimizer state",
+        predict_state_bytes(kind, sizes),
+        measured,
+    )
+    .check();
+    Ok(())
+}
+
+#[test]
+fn state_prediction_for_sgd_matches_the_allocator() -> anyhow::Result<()> {
+    check_state(Kind::Sgd, &SIZES, 0)
+}
+
+#[test]
+fn state_prediction_for_momentum_matches_the_allocator() -> anyhow::Result<()> {
+    check_state(Kind::SgdMomentum, &SIZES, 406_016)
+}
+
+#[test]
+fn state_prediction_for_adam_matches_the_allocator() -> anyhow::Result<()> {
+    check_state(Kind::Adam, &SIZES, 812_032)
+}
+
+#[test]
+fn state_prediction_for_adam_on_a_tiny_model_matches_the_allocator() -> anyhow::Result<()> {
+    check_state(Kind::Adam, &[3, 5, 2], 8 * 512)
+}
+
+// ---- predict the step ----
+
+/// The first training step, phase by phase.
+fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
+    let dev = device();
+    let (model, batch) = setup(&dev, &SIZES)?;
+    let mut optimizer = kind.optimizer(model.parameters())?;
+    let start = dev.memory_allocated();
+    dev.reset_peak_memory_stats();
+    let loss = batch.loss(&model)?;
+    let forward = dev.max_memory_allocated() - start;
+    dev.reset_peak_memory_stats();
+    loss.backward()?;
+    let backward = dev.max_memory_allocated() - start;
+    drop(loss);
+    let before = dev.memory_allocated();
+    dev.reset_peak_memory_stats();
+    optimizer.step()?;
+    let step_peak = dev.max_memory_allocated() - start;
+    let state = dev.memory_allocated() - before;
+    let peaks = [
+        (forward, Phase::Forward),
+        (backward, Phase::Backward),
+        (step_peak, Phase::Step),
+    ];
+    let peak_phase = peaks.iter().max_by_key(|(bytes, _)| *bytes).unwrap().1;
+    println!("{kind:?}: forward {forward}, backward {backward}, step {step_peak}");
+    Ok(StepMemory {
+        state,
+        step_peak,
+        peak_phase,
+    })
+}
+
+fn check_step(kind: Kind, want: StepMemory) -> anyhow::Result<()> {
+    let measured = measure_step(kind)?;
+    assert_eq!(measured, want, "the allocator's numbers");
+    let predicted = predict_step_memory(kind);
+    Prediction::new(format!("your predict_step_memory for {kind:?}"))
+        .bytes("state", predicted.state, measured.state)
+        .bytes("step_peak", predicted.step_peak, measured.step_peak)
+        .count("peak_phase", predicted.peak_phase, measured.peak_phase)
+        .check();
+    Ok(())
+}
+
+#[test]
+fn step_prediction_for_sgd_matches_the_allocator() -> anyhow::Result<()> {
+    check_step(
+        Kind::Sgd,
+        StepMemory {
+            state: 0,
+            step_peak: 406_016,
+            peak_phase: Phase::Backward,
+        },
+    )
+}
+
+#[test]
+fn step_prediction_for_momentum_matches_the_allocator() -> anyhow::Result<()> {
+    check_step(
+        Kind::SgdMomentum,
+        StepMemory {
+            state: 406_016,
+            step_peak: 812_032,
+            peak_phase: Phase::Step,
+        },
+    )
+}
+
+#[test]
+fn step_prediction_for_adam_matches_the_allocator() -> anyhow::Result<()> {
+    check_step(
+        Kind::Adam,
+        StepMemory {
+            state: 812_032,
+            step_peak: 1_624_064,
+            peak_phase: Phase::Step,
+        },
+    )
+}
+
+// ---- train_step and zero_grad ----
+
+/// Runs two train steps and checks what stays between steps.
+fn check_train_step(kind: Kind, set_to_none: bool) -> anyhow::Result<()> {
+    let dev = device();
+    let (model, batch) = setup(&dev, &SIZES)?;
+    let mut optimizer = kind.optimizer(model.parameters())?;
+    let start = dev.memory_allocated();
+    let before: Vec<f32> = model.parameters()[0].to_f32_vec()?;
+    let want_loss = {
+        let _g = no_grad();
+        batch.loss(&model)?.item()?
+    };
+    let loss = train_step(&model, optimizer.as_mut(), &batch, set_to_none)?;
+    assert_close(
+        "the returned loss",
+        &[loss as f64],
+        &[want_loss as f64],
+        1e-6,
+    );
+    assert_ne!(
+        model.parameters()[0].to_f32_vec()?,
+        before,
+        "the step moved the weights"
+    );
+    let state = optimizer.state_bytes();
+    let grads = gradient_bytes(&model);
+    let between = dev.memory_allocated() - start;
+    train_step(&model, optimizer.as_mut(), &batch, set_to_none)?;
+    assert_eq!(
+        dev.memory_allocated() - start,
+        between,
+        "a second step leaves the same memory: nothing of a step's graph stays"
+    );
+    if set_to_none {
+        assert!(model.parameters().iter().all(|p| p.grad().is_none()));
+        assert_eq!(
+            between, state,
+            "between steps: the weights and the state only"
+        );
+    } else {
+        for p in model.parameters() {
+            let g = p.grad().expect("set_to_none=False keeps the gradients");
+            assert!(g.to_f32_vec()?.iter().all(|&v| v == 0.0), "zeroed");
+        }
+        assert_eq!(grads, predict_state_bytes(Kind::SgdMomentum, &SIZES));
+        assert_eq!(
+            between,
+            state + grads,
+            "the weights, the state and zeroed gradients"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn train_step_with_set_to_none_frees_the_gradients() -> anyhow::Result<()> {
+    check_train_step(Kind::Adam, true)
+}
+
+#[test]
+fn train_step_without_set_to_none_keeps_zeroed_gradients() -> anyhow::Result<()> {
+    check_train_step(Kind::SgdMomentum, false)
+}
+
+// ---- relu in place ----
+
+#[test]
+fn relu_in_place_gives_the_same_output_and_gradients() -> anyhow::Result<()> {
+    let dev = device();
+    let (model, batch) = setup(&dev, &SIZES)?;
+    let mut results = Vec::new();
+    for in_place in [false, true] {
+        let out = if in_place {
+            forward_relu_in_place(&model, &batch.x)?
+        } else {
+            model.forward(&batch.x)?
+        };
+        let values: Vec<f64> = out.to_f32_vec()?.iter().map(|&v| v as f64).collect();
+        gpumem::autograd::mse_loss(&out, &batch.t)?.backward()?;
+        let grads: Vec<f64> = model
+            .parameters()
+            .iter()
+            .flat_map(|p| p.grad().unwrap().to_f32_vec().unwrap())
+            .map(|v| v as f64)
+            .collect();
+        model.zero_grad();
+        results.push((values, grads));
+    }
+    assert_close("output", &results[1].0, &results[0].0, 0.0);
+    assert_close("gradients", &results[1].1, &results[0].1, 0.0);
+    Ok(())
+}
+
+#[test]
+fn relu_in_place_peaks_at_what_the_graph_keeps() -> anyhow::Result<()> {
+    let dev = device();
+    let (model, batch) = setup(&dev, &SIZES)?;
+    let start = dev.memory_allocated();
+    let mut measured = Vec::new();
+    for in_place in [false, true] {
+        dev.reset_peak_memory_stats();
+        let out = if in_place {
+            forward_relu_in_place(&model, &batch.x)?
+        } else {
+            model.forward(&batch.x)?
+        };
+        measured.push((
+            dev.memory_allocated() - start,
+            dev.max_memory_allocated() - start,
+        ));
+        drop(out);
+    }
+    // (kept, peak). Kept: two hidden activations (65,536 B each) and the output (2,560 B), both
+    // ways. Out of place, the peak is at the second layer: its input, its pre-activation and its
+    // ReLU's result, three hidden blocks at once; in place, the pre-activation is the result.
+    assert_eq!(measured, vec![(133_632, 196_608), (133_632, 133_632)]);
+    Ok(())
+}
+
+// ---- the source's example ----
+
+/// 1000 × 1000 f32: 4,000,000 bytes, a block of 4,000,256.
+const BLOCK: u64 = 4_000_256;
+
+#[test]
+fn relu_out_of_place_keeps_one_block() -> anyhow::Result<()> {
+    let dev = device();
+    let got = relu_memory(&dev, 1000, Variant::OutOfPlace)?;
+    assert_eq!(
+        got,
+        ReluMemory {
+            kept: BLOCK,
+            peak: BLOCK
+        }
+    );
+    Ok(())
+}
+
+#[test]
+fn relu_then_clone_doubles_the_peak() -> anyhow::Result<()> {
+    let dev = device();
+    let got = relu_memory(&dev, 1000, Variant::Clone)?;
+    assert_eq!(
+        got,
+        ReluMemory {
+            kept: BLOCK,
+            peak: 2 * BLOCK
+        }
+    );
+    Ok(())
+}
+
+#[test]
+fn relu_in_place_allocates_nothing() -> anyhow::Result<()> {
+    let dev = device();
+    let got = relu_memory(&dev, 1000, Variant::InPlace)?;
+    assert_eq!(got, ReluMemory { kept: 0, peak: 0 });
+    Ok(())
+}
