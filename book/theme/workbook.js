@@ -140,9 +140,12 @@
     function describe(e) {
         var what;
         var where = e.segment === null ? '' : ' in segment ' + e.segment;
-        if (e.action === 'alloc' || e.action === 'free') {
+        if (e.action === 'alloc' || e.action === 'free_requested'
+            || e.action === 'free_completed') {
             what = e.action + ' ' + size(e.size) + ' (' + size(e.requested) + ' requested) on stream '
                 + e.stream + where;
+        } else if (e.action === 'snapshot') {
+            what = 'snapshot taken, ' + size(e.size) + ' active';
         } else if (e.action === 'oom') {
             what = 'out of memory: a segment of ' + size(e.size) + ' could not be reserved on stream '
                 + e.stream;
@@ -184,9 +187,16 @@
             } else if (e.action === 'alloc') {
                 s.blocks.push({ offset: e.offset, size: e.size, requested: e.requested,
                                 stream: e.stream, at: i });
-            } else if (e.action === 'free') {
+            } else if (e.action === 'free_requested') {
+                // Freed by the program; back in the cache at its free_completed.
+                s.blocks.forEach(function (b) {
+                    if (b.offset === e.offset) {
+                        b.pending = true;
+                    }
+                });
+            } else if (e.action === 'free_completed') {
                 s.blocks = s.blocks.filter(function (b) {
-                    return b.offset !== e.offset;
+                    return b.offset !== e.offset || !b.pending;
                 });
             }
         }
@@ -287,7 +297,7 @@
         }).concat([1]));
         segments.forEach(function (s) {
             var live = s.blocks.reduce(function (sum, b) {
-                return sum + b.size;
+                return b.pending ? sum : sum + b.size;
             }, 0);
             var row = element('div', 'wb-mv-segment');
             row.appendChild(element('div', 'wb-mv-segment-name', 'segment ' + s.number + ' · '
@@ -301,7 +311,8 @@
             var least = bar.clientWidth > 0 ? 100 * 5 / bar.clientWidth : 0;
             var end = 0;
             s.blocks.forEach(function (b) {
-                var block = element('div', 'wb-mv-block' + (b.at === current ? ' wb-mv-new' : ''));
+                var block = element('div', 'wb-mv-block' + (b.at === current ? ' wb-mv-new' : '')
+                    + (b.pending ? ' wb-mv-pending' : ''));
                 var left = Math.max(100 * b.offset / s.size, end);
                 var width = Math.max(100 * b.size / s.size, least);
                 end = left + width;
@@ -312,7 +323,8 @@
                 var words = 'block of ' + size(b.size) + ' (' + size(b.requested)
                     + ' requested) on stream ' + b.stream + ', at offset ' + size(b.offset)
                     + ' of segment ' + s.number + (b.at < 0 ? ', allocated before recording began'
-                        : ', allocated at event ' + b.at);
+                        : ', allocated at event ' + b.at)
+                    + (b.pending ? '; freed, not yet back in the cache' : '');
                 if (b.offset === 0) {
                     words = words.replace('at offset 0 B of', 'at the start of');
                 }
@@ -357,6 +369,7 @@
         var legend = element('p', 'wb-mv-legend');
         [['wb-mv-key-allocated', 'allocated'], ['wb-mv-key-reserved', 'reserved'],
          ['wb-mv-key-live', 'live block'], ['wb-mv-key-new', 'allocated by this event'],
+         ['wb-mv-key-pending', 'freed, not yet back in the cache'],
          ['wb-mv-key-free', 'free in a segment']]
             .concat(history.trace.some(function (r) {
                 return r[0] === 'oom';

@@ -243,10 +243,11 @@ struct TrackedSegment {
 /// its offset there.
 ///
 /// `trace` holds one row per event: `[action, segment, offset, size, requested, stream,
-/// allocated, reserved]`. For `alloc` and `free`, `size` is the block's size (the change in
-/// allocated bytes: torch's trace gives only the size asked for, which is `requested`); for
-/// segment events it is the segment's (or mapped range's) size; for `oom` the segment that could
-/// not be reserved. `segment` is null when the event lies in no segment the trace reserved.
+/// allocated, reserved]`, the action named as torch's trace names it. For `alloc`,
+/// `free_requested` and `free_completed`, `size` is the block's size (the change in allocated
+/// bytes at its alloc or free_requested: torch's trace gives only the size asked for, which is
+/// `requested`); for segment events it is the segment's (or mapped range's) size; for `oom` the
+/// segment that could not be reserved; for `snapshot` the active bytes then. `segment` is null when the event lies in no segment the trace reserved.
 /// `before` is `[allocated, reserved]` before the first event; `initial` the segments reserved
 /// before recording began, each `{size, blocks}` with the blocks known to be live then
 /// (`[offset, size, requested, stream]`: those the trace frees without allocating, and those
@@ -278,7 +279,10 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
     // Which blocks are live as the trace is replayed, and the blocks that were live before
     // recording began (freed in the trace without being allocated there, or live at the end
     // without an alloc in the trace): (segment, offset, size, requested, stream).
-    let mut live = std::collections::BTreeSet::new();
+    // Live blocks, and blocks freed (`free_requested`) but not yet back in the cache
+    // (`free_completed`), by (segment, offset), with their sizes.
+    let mut live = std::collections::BTreeMap::new();
+    let mut pending = std::collections::BTreeMap::new();
     let mut live_before: Vec<(usize, u64, u64, u64, u64)> = Vec::new();
     let config = gpumem::AllocatorConfig::default();
     let mut rows = Vec::with_capacity(trace.len());
@@ -332,11 +336,11 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
                 }
                 None => (None, 0),
             },
-            A::Alloc | A::Free => match containing(&segments, e.addr) {
+            A::Alloc | A::FreeRequested | A::FreeCompleted => match containing(&segments, e.addr) {
                 Some(k) => (Some(k), e.addr - segments[k].address),
                 None => (None, 0),
             },
-            A::Oom => (None, 0),
+            A::Oom | A::Snapshot => (None, 0),
         };
         let (size, requested) = match e.action {
             A::Alloc => (
@@ -346,9 +350,16 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
                 },
                 e.size,
             ),
-            A::Free => (
+            A::FreeRequested => (
                 match previous {
                     Some(p) => p.saturating_sub(e.allocated),
+                    None => gpumem::allocator::round_size(e.size as usize, &config) as u64,
+                },
+                e.size,
+            ),
+            A::FreeCompleted => (
+                match segment.and_then(|k| pending.get(&(k, offset))) {
+                    Some(size) => *size,
                     None => gpumem::allocator::round_size(e.size as usize, &config) as u64,
                 },
                 e.size,
@@ -358,25 +369,31 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
         if i == 0 {
             before = match e.action {
                 A::Alloc => (e.allocated.saturating_sub(size), e.reserved),
-                A::Free => (e.allocated + size, e.reserved),
+                A::FreeRequested => (e.allocated + size, e.reserved),
                 A::SegmentAlloc | A::SegmentMap => (e.allocated, e.reserved.saturating_sub(e.size)),
                 A::SegmentFree | A::SegmentUnmap => (e.allocated, e.reserved + e.size),
-                A::Oom => (e.allocated, e.reserved),
+                A::FreeCompleted | A::Oom | A::Snapshot => (e.allocated, e.reserved),
             };
         }
         match (e.action, segment) {
             (A::Alloc, Some(k)) => {
-                live.insert((k, offset));
+                live.insert((k, offset), size);
             }
-            (A::Free, Some(k)) if !live.remove(&(k, offset)) && k < initial => {
-                live_before.push((k, offset, size, requested, e.stream));
+            (A::FreeRequested, Some(k)) => {
+                if live.remove(&(k, offset)).is_none() && k < initial {
+                    live_before.push((k, offset, size, requested, e.stream));
+                }
+                pending.insert((k, offset), size);
+            }
+            (A::FreeCompleted, Some(k)) => {
+                pending.remove(&(k, offset));
             }
             _ => {}
         }
         let segment = segment.map_or_else(|| "null".to_string(), |k| k.to_string());
         rows.push(format!(
             "[\"{}\",{segment},{offset},{size},{requested},{},{},{}]",
-            action_name(e.action),
+            e.action.torch_name(),
             e.stream,
             e.allocated,
             e.reserved
@@ -391,7 +408,8 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
         if let Some(k) = number.filter(|k| *k < initial) {
             for b in &s.blocks {
                 let offset = b.address - s.address;
-                if b.state != gpumem::history::BlockState::Inactive && !live.contains(&(k, offset))
+                if b.state != gpumem::history::BlockState::Inactive
+                    && !live.contains_key(&(k, offset))
                 {
                     live_before.push((k, offset, b.size, b.requested_size, s.stream));
                 }
@@ -465,20 +483,6 @@ fn containing(segments: &[TrackedSegment], address: u64) -> Option<usize> {
     segments
         .iter()
         .rposition(|s| s.reserved && s.address <= address && address < s.address + s.size)
-}
-
-/// An event's name in the history, as torch's trace names it.
-fn action_name(action: gpumem::TraceAction) -> &'static str {
-    use gpumem::TraceAction as A;
-    match action {
-        A::Alloc => "alloc",
-        A::Free => "free",
-        A::SegmentAlloc => "segment_alloc",
-        A::SegmentFree => "segment_free",
-        A::SegmentMap => "segment_map",
-        A::SegmentUnmap => "segment_unmap",
-        A::Oom => "oom",
-    }
 }
 
 /// The last `lines` lines of `text`.
@@ -567,6 +571,8 @@ mod tests {
             stream: 0,
             allocated,
             reserved,
+            time_us: 0,
+            frame: None,
         }
     }
 
@@ -583,6 +589,7 @@ mod tests {
         // Before recording: blocks at 0 (kept) and 512 (freed in the trace) in a 2 MiB segment.
         let snapshot = gpumem::Snapshot {
             device: "cpu".to_string(),
+            allocator_settings: Default::default(),
             segments: vec![SegmentInfo::new(
                 base,
                 gpumem::StreamId(0),
@@ -596,7 +603,7 @@ mod tests {
                 ],
             )],
             trace: vec![
-                entry(TraceAction::Free, base + 512, 1000, 512, 2 << 20),
+                entry(TraceAction::FreeRequested, base + 512, 1000, 512, 2 << 20),
                 entry(TraceAction::Alloc, base + 1536, 8, 1024, 2 << 20),
             ],
         };
@@ -616,6 +623,7 @@ mod tests {
         let other = base; // the second segment is reserved where the first was
         let snapshot = gpumem::Snapshot {
             device: "cpu".to_string(),
+            allocator_settings: Default::default(),
             segments: vec![SegmentInfo::new(
                 other,
                 gpumem::StreamId(0),
@@ -639,7 +647,7 @@ mod tests {
             trace: vec![
                 entry(TraceAction::SegmentAlloc, base, 20 * MIB, 0, 20 * MIB),
                 entry(TraceAction::Alloc, base, 3_000_000, 3_000_064, 20 * MIB),
-                entry(TraceAction::Free, base, 3_000_000, 0, 20 * MIB),
+                entry(TraceAction::FreeRequested, base, 3_000_000, 0, 20 * MIB),
                 entry(TraceAction::SegmentFree, base, 20 * MIB, 0, 0),
                 entry(TraceAction::SegmentAlloc, other, 2 * MIB, 0, 2 * MIB),
                 entry(TraceAction::Alloc, other, 4, 512, 2 * MIB),

@@ -216,8 +216,8 @@ fn pictures_of_a_chapter_without_a_snapshot_is_an_error() {
 
 /// Every history the book ships (`book/src/pictures/*-history.json`, which the interactive view
 /// steps through) is whole: replaying its events from the blocks live before recording, the live
-/// blocks add up to the allocated bytes after every event, and each free frees a block of its
-/// size that is live.
+/// blocks add up to the allocated bytes after every event, each free_requested frees a live
+/// block of its size, and each free_completed returns one so freed.
 #[test]
 fn the_books_histories_replay_to_their_allocated_totals() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/pictures");
@@ -231,6 +231,7 @@ fn the_books_histories_replay_to_their_allocated_totals() {
         let history: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let mut live = std::collections::BTreeMap::new();
+        let mut pending = std::collections::BTreeMap::new();
         for (k, segment) in history["initial"].as_array().unwrap().iter().enumerate() {
             for b in segment["blocks"].as_array().unwrap() {
                 live.insert((k as u64, b[0].as_u64().unwrap()), b[1].as_u64().unwrap());
@@ -249,7 +250,13 @@ fn the_books_histories_replay_to_their_allocated_totals() {
             let size = row[3].as_u64().unwrap();
             match row[0].as_str().unwrap() {
                 "alloc" => assert!(live.insert(key, size).is_none(), "{name} event {i}"),
-                "free" => assert_eq!(live.remove(&key), Some(size), "{name} event {i}"),
+                "free_requested" => {
+                    assert_eq!(live.remove(&key), Some(size), "{name} event {i}");
+                    assert!(pending.insert(key, size).is_none(), "{name} event {i}");
+                }
+                "free_completed" => {
+                    assert_eq!(pending.remove(&key), Some(size), "{name} event {i}")
+                }
                 _ => {}
             }
             assert_eq!(
