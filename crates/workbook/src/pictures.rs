@@ -525,12 +525,18 @@ mod tests {
     #[test]
     fn orphans_are_chapter_pictures_no_chapter_makes() {
         let dir = tempfile::tempdir().unwrap();
-        for f in ["a-timeline.svg", "gone-segments.svg", "diagram.svg"] {
+        for f in [
+            "a-timeline.svg",
+            "a-history.json",
+            "gone-segments.svg",
+            "gone-history.json",
+            "diagram.svg",
+        ] {
             std::fs::write(dir.path().join(f), "<svg/>").unwrap();
         }
         assert_eq!(
             orphans(dir.path(), &["a".to_string()]).unwrap(),
-            vec!["gone-segments.svg"]
+            vec!["gone-history.json", "gone-segments.svg"]
         );
         assert!(orphans(&dir.path().join("none"), &[]).unwrap().is_empty());
     }
