@@ -716,8 +716,8 @@ impl BookCheck {
 
     /// Chapter 3's interactive view of its pictures ([`HISTORY_PAGE`]), in the light and navy
     /// themes at 1280 px and on a phone: it appears beside the static pictures, describes the
-    /// first event, and "next" and the right arrow key each advance one event with the totals
-    /// described changing as the history file says; hovering a block (1280 px) or tapping one
+    /// first event, "next" and the right arrow key each advance one event and "previous" goes
+    /// back one, with the totals described changing as the history file says; hovering a block (1280 px) or tapping one
     /// (390 px) shows its size, requested size and stream; its text is 12 px or more; nothing
     /// scrolls sideways; the browser logs no error; the two themes colour it differently.
     async fn step_through_the_history(&self, client: &Client) -> Result<Vec<String>, String> {
@@ -884,6 +884,23 @@ impl BookCheck {
                         block(want)
                     ));
                 }
+                let previous = view
+                    .find(fantoccini::Locator::Css(".wb-mv-previous"))
+                    .await
+                    .map_err(|e| format!("{at}: the previous button: {e}"))?;
+                // Centred, so that mdBook's menu bar at the top of the window is not over it.
+                client
+                    .execute(
+                        "arguments[0].scrollIntoView({block: 'center'});",
+                        vec![serde_json::to_value(&previous).map_err(|e| e.to_string())?],
+                    )
+                    .await
+                    .map_err(|e| format!("{at}: scrolling to the previous button: {e}"))?;
+                previous
+                    .click()
+                    .await
+                    .map_err(|e| format!("{at}: pressing previous: {e}"))?;
+                problems.extend(expect("after previous", described().await?, 1));
                 let smallest = seen(
                     "let least = 1000; \
                      for (const e of document.querySelectorAll('.content .wb-memview, \
