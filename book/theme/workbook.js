@@ -382,8 +382,8 @@
         view.appendChild(legend);
         view.segments = element('div', 'wb-mv-segments');
         view.appendChild(view.segments);
-        view.block = element('p', 'wb-mv-block-info', 'Hover over or tap a block for its size, '
-            + 'requested size and stream.');
+        var hint = 'Hover over or tap a block for its size, requested size and stream.';
+        view.block = element('p', 'wb-mv-block-info', hint);
         view.block.setAttribute('aria-live', 'polite');
         view.appendChild(view.block);
 
@@ -396,6 +396,7 @@
             next.disabled = current === last;
             view.event.textContent = describe(eventOf(history, history.trace[current]));
             view.setAttribute('data-event', String(current));
+            view.block.textContent = hint; // the block shown may be gone at this event
             drawTimeline(view, history, current);
             drawSegments(view, history, current);
         };

@@ -901,6 +901,14 @@ impl BookCheck {
                     .await
                     .map_err(|e| format!("{at}: pressing previous: {e}"))?;
                 problems.extend(expect("after previous", described().await?, 1));
+                // The block shown before may be gone at the new event: its words go too.
+                let after = seen(
+                    "return document.querySelector('.content .wb-mv-block-info').textContent;",
+                )
+                .await?;
+                if after.as_str().is_none_or(|t| t.starts_with("Block of")) {
+                    problems.push(format!("{at}: after a step the view still shows {after}"));
+                }
                 let smallest = seen(
                     "let least = 1000; \
                      for (const e of document.querySelectorAll('.content .wb-memview, \
