@@ -76,10 +76,397 @@
         });
     }
 
+
+    // The interactive view of a chapter's pictures: beside the static timeline and segment map
+    // (book/src/pictures/, which stay for print and for readers without JavaScript), a view
+    // that steps through the allocator's events from `<chapter>-history.json` (written by
+    // `workbook pictures`). Colours come from CSS variables (theme/workbook.css), so every theme
+    // reads.
+    var SVG = 'http://www.w3.org/2000/svg';
+    var UNITS = [[1099511627776, 'TiB'], [1073741824, 'GiB'], [1048576, 'MiB'], [1024, 'KiB']];
+
+    // Bytes as the static pictures write them: "20 MiB", "1.14 MiB", "2 MiB − 512 B".
+    function size(bytes) {
+        var unit = 1;
+        var name = 'B';
+        for (var i = 0; i < UNITS.length; i++) {
+            if (bytes >= UNITS[i][0]) {
+                unit = UNITS[i][0];
+                name = UNITS[i][1];
+                break;
+            }
+        }
+        var ratio = function (value) {
+            return value % unit === 0 ? String(value / unit)
+                : (value / unit).toFixed(2).replace(/0+$/, '').replace(/\.$/, '');
+        };
+        var whole = Math.round(bytes / unit) * unit;
+        if (unit > 1 && whole !== bytes && ratio(bytes) === String(whole / unit)) {
+            return whole > bytes ? (whole / unit) + ' ' + name + ' − ' + size(whole - bytes)
+                : (whole / unit) + ' ' + name + ' + ' + size(bytes - whole);
+        }
+        return ratio(bytes) + ' ' + name;
+    }
+
+    function element(tag, className, text) {
+        var e = document.createElement(tag);
+        if (className) {
+            e.className = className;
+        }
+        if (text !== undefined) {
+            e.textContent = text;
+        }
+        return e;
+    }
+
+    function svgElement(tag, attributes) {
+        var e = document.createElementNS(SVG, tag);
+        Object.keys(attributes).forEach(function (name) {
+            e.setAttribute(name, attributes[name]);
+        });
+        return e;
+    }
+
+    // One trace row as an object (the file's `columns`).
+    function eventOf(history, row) {
+        var e = {};
+        history.columns.forEach(function (name, i) {
+            e[name] = row[i];
+        });
+        return e;
+    }
+
+    // The event in words: "alloc 4 MiB on stream 0 → allocated 12 MiB, reserved 20 MiB".
+    function describe(e) {
+        var what;
+        var where = e.segment === null ? '' : ' in segment ' + e.segment;
+        if (e.action === 'alloc' || e.action === 'free_requested'
+            || e.action === 'free_completed') {
+            what = e.action + ' ' + size(e.size) + ' (' + size(e.requested) + ' requested) on stream '
+                + e.stream + where;
+        } else if (e.action === 'snapshot') {
+            what = 'snapshot taken, ' + size(e.size) + ' active';
+        } else if (e.action === 'oom') {
+            what = 'out of memory: a segment of ' + size(e.size) + ' could not be reserved on stream '
+                + e.stream;
+        } else {
+            what = e.action + ' ' + size(e.size) + where + ' on stream ' + e.stream;
+        }
+        return what + ' → allocated ' + size(e.allocated) + ', reserved ' + size(e.reserved);
+    }
+
+    // The segments after event `last`: each reserved one with its live blocks, by offset.
+    function segmentsAt(history, last) {
+        // Segments reserved before recording began, with the blocks known to be live then.
+        var segments = history.initial.map(function (segment, i) {
+            return { number: i, size: segment.size, blocks: segment.blocks.map(function (b) {
+                return { offset: b[0], size: b[1], requested: b[2], stream: b[3], at: -1 };
+            }) };
+        });
+        var byNumber = {};
+        segments.forEach(function (s) {
+            byNumber[s.number] = s;
+        });
+        for (var i = 0; i <= last; i++) {
+            var e = eventOf(history, history.trace[i]);
+            var s = e.segment === null ? undefined : byNumber[e.segment];
+            if (e.action === 'segment_alloc' || e.action === 'segment_map') {
+                if (s === undefined) {
+                    byNumber[e.segment] = { number: e.segment, size: e.size, blocks: [] };
+                } else {
+                    s.size += e.size; // an expandable segment growing
+                }
+            } else if (s === undefined) {
+                continue;
+            } else if (e.action === 'segment_free' || e.action === 'segment_unmap') {
+                if (e.offset === 0 && e.size >= s.size) {
+                    delete byNumber[e.segment];
+                } else {
+                    s.size -= e.size;
+                }
+            } else if (e.action === 'alloc') {
+                s.blocks.push({ offset: e.offset, size: e.size, requested: e.requested,
+                                stream: e.stream, at: i });
+            } else if (e.action === 'free_requested') {
+                // Freed by the program; back in the cache at its free_completed.
+                s.blocks.forEach(function (b) {
+                    if (b.offset === e.offset) {
+                        b.pending = true;
+                    }
+                });
+            } else if (e.action === 'free_completed') {
+                s.blocks = s.blocks.filter(function (b) {
+                    return b.offset !== e.offset || !b.pending;
+                });
+            }
+        }
+        return Object.keys(byNumber).map(function (k) {
+            return byNumber[k];
+        }).sort(function (a, b) {
+            return a.number - b.number;
+        }).map(function (s) {
+            s.blocks.sort(function (a, b) {
+                return a.offset - b.offset;
+            });
+            return s;
+        });
+    }
+
+    // The timeline: allocated and reserved bytes after each event, drawn at the width it has
+    // (so that its labels stay 12 px on a phone), with a cursor at the current event.
+    function drawTimeline(view, history, current) {
+        var box = view.timeline;
+        var width = Math.max(box.clientWidth, 200);
+        var height = 150;
+        var left = 8;
+        var right = width - 8;
+        var top = 20;
+        var bottom = height - 22;
+        var rows = history.trace;
+        var peak = history.before[1];
+        rows.forEach(function (r) {
+            var e = eventOf(history, r);
+            peak = Math.max(peak, e.reserved, e.allocated);
+        });
+        peak = Math.max(peak, 1);
+        var x = function (i) {
+            return left + (right - left) * (i + 1) / rows.length;
+        };
+        var y = function (bytes) {
+            return bottom - (bottom - top) * bytes / peak;
+        };
+        var path = function (column) {
+            var d = 'M' + left + ' ' + bottom + ' L' + left + ' ' + y(history.before[column]);
+            var value = history.before[column];
+            rows.forEach(function (r, i) {
+                var e = eventOf(history, r);
+                var next = column === 0 ? e.allocated : e.reserved;
+                d += ' L' + x(i - 1).toFixed(1) + ' ' + y(value).toFixed(1)
+                    + ' L' + x(i - 1).toFixed(1) + ' ' + y(next).toFixed(1);
+                value = next;
+            });
+            return d + ' L' + right + ' ' + y(value).toFixed(1) + ' L' + right + ' ' + bottom + ' Z';
+        };
+        var svg = svgElement('svg', { width: width, height: height, role: 'img',
+            'aria-label': 'Allocated and reserved bytes after each event; the line marks event '
+                + current });
+        svg.appendChild(svgElement('path', { d: path(1), class: 'wb-mv-reserved' }));
+        svg.appendChild(svgElement('path', { d: path(0), class: 'wb-mv-allocated' }));
+        svg.appendChild(svgElement('line', { x1: left, x2: right, y1: bottom, y2: bottom,
+                                             class: 'wb-mv-axis' }));
+        rows.forEach(function (r, i) {
+            if (r[0] === 'oom') {
+                svg.appendChild(svgElement('line', { x1: x(i - 1) + 0.5, x2: x(i - 1) + 0.5,
+                    y1: top, y2: bottom, class: 'wb-mv-oom' }));
+            }
+        });
+        var label = function (text, at, anchor, baseline) {
+            var t = svgElement('text', { x: at[0], y: at[1], 'text-anchor': anchor,
+                                         class: 'wb-mv-label' });
+            t.textContent = text;
+            if (baseline) {
+                t.setAttribute('dominant-baseline', baseline);
+            }
+            svg.appendChild(t);
+        };
+        label('peak ' + size(peak), [left, top - 6], 'start');
+        label('event 0', [left, height - 4], 'start');
+        label('event ' + (rows.length - 1), [right, height - 4], 'end');
+        var cx = (x(current - 1) + x(current)) / 2;
+        svg.appendChild(svgElement('line', { x1: cx, x2: cx, y1: top - 4, y2: bottom + 4,
+                                             class: 'wb-mv-cursor' }));
+        svg.addEventListener('click', function (event) {
+            var bounds = svg.getBoundingClientRect();
+            var at = (event.clientX - bounds.left - left) / (right - left) * rows.length;
+            view.go(Math.floor(at));
+        });
+        box.replaceChildren(svg);
+    }
+
+    // The segment map at the current event: one bar per segment, its live blocks placed by their
+    // offset; hovering, tapping or focusing a block says what it is.
+    function drawSegments(view, history, current) {
+        var segments = segmentsAt(history, current);
+        var map = view.segments;
+        map.replaceChildren();
+        if (segments.length === 0) {
+            map.appendChild(element('p', 'wb-mv-none', 'No segment is reserved after this event.'));
+        }
+        var largest = Math.max.apply(null, segments.map(function (s) {
+            return s.size;
+        }).concat([1]));
+        segments.forEach(function (s) {
+            var live = s.blocks.reduce(function (sum, b) {
+                return b.pending ? sum : sum + b.size;
+            }, 0);
+            var row = element('div', 'wb-mv-segment');
+            row.appendChild(element('div', 'wb-mv-segment-name', 'segment ' + s.number + ' · '
+                + size(s.size) + ' · live ' + size(live)));
+            var bar = element('div', 'wb-mv-bar');
+            bar.style.width = (100 * s.size / largest).toFixed(2) + '%';
+            row.appendChild(bar);
+            map.appendChild(row);
+            // Blocks sit at their offset, but each is at least 5 px wide and starts after the
+            // one before, so that a block of 512 B in 2 MiB can still be seen and pointed at.
+            var least = bar.clientWidth > 0 ? 100 * 5 / bar.clientWidth : 0;
+            var end = 0;
+            s.blocks.forEach(function (b) {
+                var block = element('div', 'wb-mv-block' + (b.at === current ? ' wb-mv-new' : '')
+                    + (b.pending ? ' wb-mv-pending' : ''));
+                var left = Math.max(100 * b.offset / s.size, end);
+                var width = Math.max(100 * b.size / s.size, least);
+                end = left + width;
+                block.style.left = left.toFixed(3) + '%';
+                block.style.width = width.toFixed(3) + '%';
+                block.tabIndex = 0;
+                block.setAttribute('role', 'button');
+                var words = 'block of ' + size(b.size) + ' (' + size(b.requested)
+                    + ' requested) on stream ' + b.stream + ', at offset ' + size(b.offset)
+                    + ' of segment ' + s.number + (b.at < 0 ? ', allocated before recording began'
+                        : ', allocated at event ' + b.at)
+                    + (b.pending ? '; freed, not yet back in the cache' : '');
+                if (b.offset === 0) {
+                    words = words.replace('at offset 0 B of', 'at the start of');
+                }
+                block.setAttribute('aria-label', words);
+                var show = function () {
+                    view.block.textContent = words.charAt(0).toUpperCase() + words.slice(1);
+                    map.querySelectorAll('.wb-mv-shown').forEach(function (other) {
+                        other.classList.remove('wb-mv-shown');
+                    });
+                    block.classList.add('wb-mv-shown');
+                };
+                block.addEventListener('mouseenter', show);
+                block.addEventListener('focus', show);
+                block.addEventListener('click', show);
+                bar.appendChild(block);
+            });
+        });
+    }
+
+    function buildView(history, after) {
+        var last = history.trace.length - 1;
+        var view = element('section', 'wb-memview');
+        view.setAttribute('aria-label', 'The allocator’s events, step by step');
+        view.appendChild(element('p', 'wb-mv-title', 'Step through the allocator’s '
+            + history.trace.length + ' events (' + history.device + ')'));
+        var controls = element('div', 'wb-mv-controls');
+        var previous = element('button', 'wb-mv-previous', '◀ previous');
+        var next = element('button', 'wb-mv-next', 'next ▶');
+        var slider = element('input', 'wb-mv-slider');
+        slider.type = 'range';
+        slider.min = '0';
+        slider.max = String(last);
+        slider.setAttribute('aria-label', 'event');
+        var count = element('span', 'wb-mv-count');
+        controls.append(previous, slider, next, count);
+        view.appendChild(controls);
+        view.event = element('p', 'wb-mv-event');
+        view.event.setAttribute('aria-live', 'polite');
+        view.appendChild(view.event);
+        view.timeline = element('div', 'wb-mv-timeline');
+        view.appendChild(view.timeline);
+        var legend = element('p', 'wb-mv-legend');
+        [['wb-mv-key-allocated', 'allocated'], ['wb-mv-key-reserved', 'reserved'],
+         ['wb-mv-key-live', 'live block'], ['wb-mv-key-new', 'allocated by this event'],
+         ['wb-mv-key-pending', 'freed, not yet back in the cache'],
+         ['wb-mv-key-free', 'free in a segment']]
+            .concat(history.trace.some(function (r) {
+                return r[0] === 'oom';
+            }) ? [['wb-mv-key-oom', 'out of memory']] : [])
+            .forEach(function (k) {
+                var item = element('span', 'wb-mv-key');
+                item.append(element('span', 'wb-mv-swatch ' + k[0]), document.createTextNode(k[1]));
+                legend.appendChild(item);
+            });
+        view.appendChild(legend);
+        view.segments = element('div', 'wb-mv-segments');
+        view.appendChild(view.segments);
+        var hint = 'Hover over or tap a block for its size, requested size and stream.';
+        view.block = element('p', 'wb-mv-block-info', hint);
+        view.block.setAttribute('aria-live', 'polite');
+        view.appendChild(view.block);
+
+        var current = 0;
+        view.go = function (i) {
+            current = Math.max(0, Math.min(last, i));
+            slider.value = String(current);
+            count.textContent = 'event ' + current + ' of 0 to ' + last;
+            previous.disabled = current === 0;
+            next.disabled = current === last;
+            view.event.textContent = describe(eventOf(history, history.trace[current]));
+            view.setAttribute('data-event', String(current));
+            view.block.textContent = hint; // the block shown may be gone at this event
+            drawTimeline(view, history, current);
+            drawSegments(view, history, current);
+        };
+        previous.addEventListener('click', function () {
+            view.go(current - 1);
+        });
+        next.addEventListener('click', function () {
+            view.go(current + 1);
+        });
+        slider.addEventListener('input', function () {
+            view.go(Number(slider.value));
+        });
+        // The arrow keys step while the view has focus (instead of turning mdBook's page).
+        view.addEventListener('keydown', function (e) {
+            var step = { ArrowLeft: -1, ArrowRight: 1 }[e.key];
+            if (step === undefined || e.altKey || e.ctrlKey || e.metaKey) {
+                return;
+            }
+            e.preventDefault();
+            e.stopPropagation();
+            view.go(current + step);
+        });
+        after.insertAdjacentElement('afterend', view);
+        view.go(0);
+        // Drawn again at the width it gets: when the window changes, and when a closed
+        // <details> holding it opens (chapter 4's answer in pictures).
+        var width = view.timeline.clientWidth;
+        var redraw = function () {
+            if (view.timeline.clientWidth !== width) {
+                width = view.timeline.clientWidth;
+                drawTimeline(view, history, current);
+                drawSegments(view, history, current);
+            }
+        };
+        if (typeof ResizeObserver === 'function') {
+            new ResizeObserver(redraw).observe(view.timeline);
+        } else {
+            window.addEventListener('resize', redraw);
+        }
+    }
+
+    function addHistoryViews() {
+        document.querySelectorAll('.content img[src^="pictures/"][src$="-timeline.svg"]')
+            .forEach(function (img) {
+                if (img.closest('.img-wrapper') !== null) {
+                    return; // mdBook's zoomed copy of the picture
+                }
+                var src = img.getAttribute('src');
+                var chapter = src.slice('pictures/'.length, -'-timeline.svg'.length);
+                // The view goes after the segment map when the page shows it, else the timeline.
+                var segments = document.querySelector('.content img[src="pictures/' + chapter
+                    + '-segments.svg"]');
+                var after = (segments || img).closest('p') || segments || img;
+                fetch('pictures/' + chapter + '-history.json').then(function (response) {
+                    return response.ok ? response.json() : null;
+                }).then(function (history) {
+                    if (history !== null && history.trace.length > 0) {
+                        buildView(history, after);
+                    }
+                }).catch(function () {
+                    // Opened from the disk (file://) or offline: the static pictures stay alone.
+                });
+            });
+    }
+
     function ready() {
         labelTableCells();
         openGates();
         answerQuestions();
+        addHistoryViews();
     }
 
     if (document.readyState === 'loading') {

@@ -4,8 +4,10 @@
 //! set, the walkthrough records the allocator's history from the start and writes its snapshot to
 //! that file. This command runs each such walkthrough on the `cpu` device (the same numbers on
 //! every machine), draws the snapshot with [`crate::viz`], and writes
-//! `book/src/pictures/<chapter>-timeline.svg` and `<chapter>-segments.svg`. With `--check` it
-//! writes nothing and fails when a committed picture differs from what the code makes now.
+//! `book/src/pictures/<chapter>-timeline.svg` and `<chapter>-segments.svg`, and beside them
+//! `<chapter>-history.json`, the events the book's interactive view steps through (see
+//! [`history_json`]). With `--check` it writes nothing and fails when a committed file differs
+//! from what the code makes now.
 
 use crate::app_state::Repo;
 use crate::viz;
@@ -26,13 +28,16 @@ const KINDS: [(&str, viz::View); 2] = [
     ("segments", viz::View::Segments),
 ];
 
-/// One picture: its file name under [`PICTURES_DIR`] and its SVG.
+/// The suffix of the data file the interactive view reads: `<chapter>-history.json`.
+const HISTORY_SUFFIX: &str = "history.json";
+
+/// One file made: its name under [`PICTURES_DIR`] and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Picture {
-    /// `<chapter>-timeline.svg` or `<chapter>-segments.svg`.
+    /// `<chapter>-timeline.svg`, `<chapter>-segments.svg` or `<chapter>-history.json`.
     pub file: String,
-    /// The SVG document.
-    pub svg: String,
+    /// The SVG document, or the history's JSON.
+    pub contents: String,
 }
 
 /// `workbook pictures`: makes (or with `--check`, checks) the pictures of the chapters asked for.
@@ -79,7 +84,7 @@ pub fn run(root: Option<&Path>, args: &crate::cli::PicturesArgs) -> Result<ExitC
         }
         if problems.is_empty() {
             println!(
-                "{} pictures of {} chapters are up to date",
+                "{} files of {} chapters are up to date",
                 made.len(),
                 chapters.len()
             );
@@ -99,11 +104,11 @@ pub fn run(root: Option<&Path>, args: &crate::cli::PicturesArgs) -> Result<ExitC
     for picture in &made {
         let path = dir.join(&picture.file);
         let state = match std::fs::read_to_string(&path) {
-            Ok(old) if old == picture.svg => "unchanged",
+            Ok(old) if old == picture.contents => "unchanged",
             Ok(_) => "updated",
             Err(_) => "new",
         };
-        std::fs::write(&path, &picture.svg)
+        std::fs::write(&path, &picture.contents)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("{PICTURES_DIR}/{} ({state})", picture.file);
     }
@@ -165,14 +170,18 @@ pub fn snapshot_of(repo: &Repo, chapter: &str, scratch: &Path) -> Result<gpumem:
     viz::read_snapshot(&file)
 }
 
-/// The pictures of one chapter's snapshot.
+/// The pictures of one chapter's snapshot, and the history the interactive view reads.
 pub fn pictures_of(chapter: &str, snapshot: &gpumem::Snapshot) -> Vec<Picture> {
     KINDS
         .iter()
         .map(|(suffix, view)| Picture {
             file: format!("{chapter}-{suffix}.svg"),
-            svg: viz::render(snapshot, *view),
+            contents: viz::render(snapshot, *view),
         })
+        .chain(std::iter::once(Picture {
+            file: format!("{chapter}-{HISTORY_SUFFIX}"),
+            contents: history_json(snapshot),
+        }))
         .collect()
 }
 
@@ -182,7 +191,7 @@ pub fn differences(dir: &Path, made: &[Picture]) -> Vec<String> {
     for picture in made {
         let path: PathBuf = dir.join(&picture.file);
         match std::fs::read_to_string(&path) {
-            Ok(old) if old == picture.svg => {}
+            Ok(old) if old == picture.contents => {}
             Ok(_) => out.push(format!("{PICTURES_DIR}/{}: out of date", picture.file)),
             Err(_) => out.push(format!("{PICTURES_DIR}/{}: missing", picture.file)),
         }
@@ -190,8 +199,8 @@ pub fn differences(dir: &Path, made: &[Picture]) -> Vec<String> {
     out
 }
 
-/// Pictures in `dir` named like a chapter's (`*-timeline.svg`, `*-segments.svg`) that none of
-/// `chapters` makes.
+/// Files in `dir` named like a chapter's (`*-timeline.svg`, `*-segments.svg`,
+/// `*-history.json`) that none of `chapters` makes.
 pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -207,15 +216,273 @@ pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
             .into_owned();
         let chapter = KINDS
             .iter()
-            .find_map(|(suffix, _)| name.strip_suffix(&format!("-{suffix}.svg")));
+            .map(|(suffix, _)| format!("-{suffix}.svg"))
+            .chain(std::iter::once(format!("-{HISTORY_SUFFIX}")))
+            .find_map(|suffix| name.strip_suffix(&suffix).map(str::to_string));
         if let Some(chapter) = chapter
-            && !chapters.iter().any(|c| c == chapter)
+            && !chapters.contains(&chapter)
         {
             out.push(name);
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// A segment as the history follows it: where it starts and ends, and whether it is still
+/// reserved.
+struct TrackedSegment {
+    address: u64,
+    size: u64,
+    reserved: bool,
+}
+
+/// The history the book's interactive view (book/theme/workbook.js) steps through, as compact
+/// JSON. Host addresses differ from run to run, so none is written: a block is named by its
+/// segment (numbered in the order segments were reserved, as the segment map draws them) and
+/// its offset there.
+///
+/// `trace` holds one row per event: `[action, segment, offset, size, requested, stream,
+/// allocated, reserved]`, the action named as torch's trace names it. For `alloc`,
+/// `free_requested` and `free_completed`, `size` is the block's size (the change in allocated
+/// bytes at its alloc or free_requested: torch's trace gives only the size asked for, which is
+/// `requested`); for segment events it is the segment's (or mapped range's) size; for `oom` the
+/// segment that could not be reserved; for `snapshot` the active bytes then. `segment` is null when the event lies in no segment the trace reserved.
+/// `before` is `[allocated, reserved]` before the first event; `initial` the segments reserved
+/// before recording began, each `{size, blocks}` with the blocks known to be live then
+/// (`[offset, size, requested, stream]`: those the trace frees without allocating, and those
+/// live at the end that no alloc in the trace made); `segments` the segment map when the
+/// snapshot was taken.
+pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
+    use gpumem::TraceAction as A;
+    let trace = &snapshot.trace;
+    let reserved_in_trace = |address: u64| {
+        trace.iter().any(|e| {
+            matches!(e.action, A::SegmentAlloc | A::SegmentMap)
+                && address >= e.addr
+                && address < e.addr + e.size
+        })
+    };
+    // Segments that were there before recording began: reserved at the start, numbered first.
+    let mut segments: Vec<TrackedSegment> = snapshot
+        .segments
+        .iter()
+        .filter(|s| !reserved_in_trace(s.address))
+        .map(|s| TrackedSegment {
+            address: s.address,
+            size: s.total_size,
+            reserved: true,
+        })
+        .collect();
+    let initial = segments.len();
+    let initial_sizes: Vec<u64> = segments.iter().map(|s| s.size).collect();
+    // Which blocks are live as the trace is replayed, and the blocks that were live before
+    // recording began (freed in the trace without being allocated there, or live at the end
+    // without an alloc in the trace): (segment, offset, size, requested, stream).
+    // Live blocks, and blocks freed (`free_requested`) but not yet back in the cache
+    // (`free_completed`), by (segment, offset), with their sizes.
+    let mut live = std::collections::BTreeMap::new();
+    let mut pending = std::collections::BTreeMap::new();
+    let mut live_before: Vec<(usize, u64, u64, u64, u64)> = Vec::new();
+    let config = gpumem::AllocatorConfig::default();
+    let mut rows = Vec::with_capacity(trace.len());
+    let mut before = (0u64, 0u64);
+    for (i, e) in trace.iter().enumerate() {
+        let previous = if i == 0 {
+            None
+        } else {
+            Some(trace[i - 1].allocated)
+        };
+        let (segment, offset) = match e.action {
+            A::SegmentAlloc | A::SegmentMap => {
+                // A mapped range that continues a reserved one grows it (an expandable segment).
+                let grown = (e.action == A::SegmentMap)
+                    .then(|| {
+                        segments
+                            .iter()
+                            .position(|s| s.reserved && s.address + s.size == e.addr)
+                    })
+                    .flatten();
+                match grown {
+                    Some(k) => {
+                        let offset = segments[k].size;
+                        segments[k].size += e.size;
+                        (Some(k), offset)
+                    }
+                    None => {
+                        segments.push(TrackedSegment {
+                            address: e.addr,
+                            size: e.size,
+                            reserved: true,
+                        });
+                        (Some(segments.len() - 1), 0)
+                    }
+                }
+            }
+            A::SegmentFree | A::SegmentUnmap => match containing(&segments, e.addr) {
+                Some(k) => {
+                    let offset = e.addr - segments[k].address;
+                    let s = &mut segments[k];
+                    if offset == 0 && e.size >= s.size {
+                        s.reserved = false;
+                    } else if offset == 0 {
+                        s.address += e.size;
+                        s.size -= e.size;
+                    } else {
+                        // Unmapped from the end (or the middle: what follows is not tracked).
+                        s.size = offset;
+                    }
+                    (Some(k), offset)
+                }
+                None => (None, 0),
+            },
+            A::Alloc | A::FreeRequested | A::FreeCompleted => match containing(&segments, e.addr) {
+                Some(k) => (Some(k), e.addr - segments[k].address),
+                None => (None, 0),
+            },
+            A::Oom | A::Snapshot => (None, 0),
+        };
+        let (size, requested) = match e.action {
+            A::Alloc => (
+                match previous {
+                    Some(p) => e.allocated.saturating_sub(p),
+                    None => gpumem::allocator::round_size(e.size as usize, &config) as u64,
+                },
+                e.size,
+            ),
+            A::FreeRequested => (
+                match previous {
+                    Some(p) => p.saturating_sub(e.allocated),
+                    None => gpumem::allocator::round_size(e.size as usize, &config) as u64,
+                },
+                e.size,
+            ),
+            A::FreeCompleted => (
+                match segment.and_then(|k| pending.get(&(k, offset))) {
+                    Some(size) => *size,
+                    None => gpumem::allocator::round_size(e.size as usize, &config) as u64,
+                },
+                e.size,
+            ),
+            _ => (e.size, 0),
+        };
+        if i == 0 {
+            before = match e.action {
+                A::Alloc => (e.allocated.saturating_sub(size), e.reserved),
+                A::FreeRequested => (e.allocated + size, e.reserved),
+                A::SegmentAlloc | A::SegmentMap => (e.allocated, e.reserved.saturating_sub(e.size)),
+                A::SegmentFree | A::SegmentUnmap => (e.allocated, e.reserved + e.size),
+                A::FreeCompleted | A::Oom | A::Snapshot => (e.allocated, e.reserved),
+            };
+        }
+        match (e.action, segment) {
+            (A::Alloc, Some(k)) => {
+                live.insert((k, offset), size);
+            }
+            (A::FreeRequested, Some(k)) => {
+                if live.remove(&(k, offset)).is_none() && k < initial {
+                    live_before.push((k, offset, size, requested, e.stream));
+                }
+                pending.insert((k, offset), size);
+            }
+            (A::FreeCompleted, Some(k)) => {
+                pending.remove(&(k, offset));
+            }
+            _ => {}
+        }
+        let segment = segment.map_or_else(|| "null".to_string(), |k| k.to_string());
+        rows.push(format!(
+            "[\"{}\",{segment},{offset},{size},{requested},{},{},{}]",
+            e.action.torch_name(),
+            e.stream,
+            e.allocated,
+            e.reserved
+        ));
+    }
+    // The segment map at the end, numbered as above.
+    let mut end = Vec::new();
+    for s in &snapshot.segments {
+        let number = segments
+            .iter()
+            .position(|t| t.reserved && t.address <= s.address && s.address < t.address + t.size);
+        if let Some(k) = number.filter(|k| *k < initial) {
+            for b in &s.blocks {
+                let offset = b.address - s.address;
+                if b.state != gpumem::history::BlockState::Inactive
+                    && !live.contains_key(&(k, offset))
+                {
+                    live_before.push((k, offset, b.size, b.requested_size, s.stream));
+                }
+            }
+        }
+        let blocks: Vec<String> = s
+            .blocks
+            .iter()
+            .map(|b| {
+                let state = match b.state {
+                    gpumem::history::BlockState::ActiveAllocated => "live",
+                    gpumem::history::BlockState::ActivePendingFree => "pending_free",
+                    gpumem::history::BlockState::Inactive => "free",
+                };
+                format!(
+                    "[{},{},{},\"{state}\"]",
+                    b.address - s.address,
+                    b.size,
+                    b.requested_size
+                )
+            })
+            .collect();
+        end.push((
+            number,
+            format!(
+                "{{\"segment\":{},\"pool\":\"{}\",\"size\":{},\"stream\":{},\"blocks\":[{}]}}",
+                number.map_or_else(|| "null".to_string(), |k| k.to_string()),
+                if s.segment_type == "small" {
+                    "small"
+                } else {
+                    "large"
+                },
+                s.total_size,
+                s.stream,
+                blocks.join(",")
+            ),
+        ));
+    }
+    end.sort_by_key(|(number, _)| *number);
+    live_before.sort();
+    let initial: Vec<String> = initial_sizes
+        .iter()
+        .enumerate()
+        .map(|(k, size)| {
+            let blocks: Vec<String> = live_before
+                .iter()
+                .filter(|b| b.0 == k)
+                .map(|b| format!("[{},{},{},{}]", b.1, b.2, b.3, b.4))
+                .collect();
+            format!("{{\"size\":{size},\"blocks\":[{}]}}", blocks.join(","))
+        })
+        .collect();
+    let device = serde_json::to_string(&snapshot.device).expect("a string always serialises");
+    format!(
+        "{{\"device\":{device},\"columns\":[\"action\",\"segment\",\"offset\",\"size\",\"requested\",\
+         \"stream\",\"allocated\",\"reserved\"],\n\"before\":[{},{}],\"initial\":[{}],\n\"trace\":[\n{}\n],\n\
+         \"segments\":[\n{}\n]}}\n",
+        before.0,
+        before.1,
+        initial.join(","),
+        rows.join(",\n"),
+        end.into_iter()
+            .map(|(_, s)| s)
+            .collect::<Vec<_>>()
+            .join(",\n")
+    )
+}
+
+/// The reserved segment that holds `address`.
+fn containing(segments: &[TrackedSegment], address: u64) -> Option<usize> {
+    segments
+        .iter()
+        .rposition(|s| s.reserved && s.address <= address && address < s.address + s.size)
 }
 
 /// The last `lines` lines of `text`.
@@ -227,11 +494,12 @@ fn tail(text: &str, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpumem::{TraceAction, TraceEntry};
 
-    fn picture(file: &str, svg: &str) -> Picture {
+    fn picture(file: &str, contents: &str) -> Picture {
         Picture {
             file: file.to_string(),
-            svg: svg.to_string(),
+            contents: contents.to_string(),
         }
     }
 
@@ -257,12 +525,18 @@ mod tests {
     #[test]
     fn orphans_are_chapter_pictures_no_chapter_makes() {
         let dir = tempfile::tempdir().unwrap();
-        for f in ["a-timeline.svg", "gone-segments.svg", "diagram.svg"] {
+        for f in [
+            "a-timeline.svg",
+            "a-history.json",
+            "gone-segments.svg",
+            "gone-history.json",
+            "diagram.svg",
+        ] {
             std::fs::write(dir.path().join(f), "<svg/>").unwrap();
         }
         assert_eq!(
             orphans(dir.path(), &["a".to_string()]).unwrap(),
-            vec!["gone-segments.svg"]
+            vec!["gone-history.json", "gone-segments.svg"]
         );
         assert!(orphans(&dir.path().join("none"), &[]).unwrap().is_empty());
     }
@@ -277,8 +551,135 @@ mod tests {
         };
         let made = pictures_of("ch09-x", &snapshot);
         let files: Vec<&str> = made.iter().map(|p| p.file.as_str()).collect();
-        assert_eq!(files, ["ch09-x-timeline.svg", "ch09-x-segments.svg"]);
-        assert!(made[0].svg.contains("Active memory timeline"));
-        assert!(made[1].svg.contains("Segments · cpu"));
+        assert_eq!(
+            files,
+            [
+                "ch09-x-timeline.svg",
+                "ch09-x-segments.svg",
+                "ch09-x-history.json"
+            ]
+        );
+        assert!(made[0].contents.contains("Active memory timeline"));
+        assert!(made[1].contents.contains("Segments · cpu"));
+    }
+
+    fn entry(
+        action: TraceAction,
+        addr: u64,
+        size: u64,
+        allocated: u64,
+        reserved: u64,
+    ) -> TraceEntry {
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream: 0,
+            allocated,
+            reserved,
+            time_us: 0,
+            frame: None,
+        }
+    }
+
+    #[test]
+    fn the_history_names_the_blocks_live_before_recording_began() {
+        use gpumem::history::{BlockInfo, BlockState, SegmentInfo};
+        let base = 0x7f00_0000_0000;
+        let block = |offset: u64, size: u64, requested_size: u64, state| BlockInfo {
+            address: base + offset,
+            size,
+            requested_size,
+            state,
+        };
+        // Before recording: blocks at 0 (kept) and 512 (freed in the trace) in a 2 MiB segment.
+        let snapshot = gpumem::Snapshot {
+            device: "cpu".to_string(),
+            allocator_settings: Default::default(),
+            segments: vec![SegmentInfo::new(
+                base,
+                gpumem::StreamId(0),
+                gpumem::Pool::Small,
+                false,
+                vec![
+                    block(0, 512, 100, BlockState::ActiveAllocated),
+                    block(512, 1024, 0, BlockState::Inactive),
+                    block(1536, 512, 8, BlockState::ActiveAllocated),
+                    block(2048, (2 << 20) - 2048, 0, BlockState::Inactive),
+                ],
+            )],
+            trace: vec![
+                entry(TraceAction::FreeRequested, base + 512, 1000, 512, 2 << 20),
+                entry(TraceAction::Alloc, base + 1536, 8, 1024, 2 << 20),
+            ],
+        };
+        let history: serde_json::Value = serde_json::from_str(&history_json(&snapshot)).unwrap();
+        assert_eq!(history["before"], serde_json::json!([1536, 2 << 20]));
+        assert_eq!(
+            history["initial"],
+            serde_json::json!([{"size": 2 << 20, "blocks": [[0, 512, 100, 0], [512, 1024, 1000, 0]]}])
+        );
+    }
+
+    #[test]
+    fn the_history_names_blocks_by_segment_and_offset_with_the_block_size() {
+        use gpumem::history::{BlockInfo, BlockState, SegmentInfo};
+        const MIB: u64 = 1 << 20;
+        let base = 0x7f00_0000_0000;
+        let other = base; // the second segment is reserved where the first was
+        let snapshot = gpumem::Snapshot {
+            device: "cpu".to_string(),
+            allocator_settings: Default::default(),
+            segments: vec![SegmentInfo::new(
+                other,
+                gpumem::StreamId(0),
+                gpumem::Pool::Small,
+                false,
+                vec![
+                    BlockInfo {
+                        address: other,
+                        size: 512,
+                        requested_size: 4,
+                        state: BlockState::ActiveAllocated,
+                    },
+                    BlockInfo {
+                        address: other + 512,
+                        size: 2 * MIB - 512,
+                        requested_size: 0,
+                        state: BlockState::Inactive,
+                    },
+                ],
+            )],
+            trace: vec![
+                entry(TraceAction::SegmentAlloc, base, 20 * MIB, 0, 20 * MIB),
+                entry(TraceAction::Alloc, base, 3_000_000, 3_000_064, 20 * MIB),
+                entry(TraceAction::FreeRequested, base, 3_000_000, 0, 20 * MIB),
+                entry(TraceAction::SegmentFree, base, 20 * MIB, 0, 0),
+                entry(TraceAction::SegmentAlloc, other, 2 * MIB, 0, 2 * MIB),
+                entry(TraceAction::Alloc, other, 4, 512, 2 * MIB),
+                entry(TraceAction::Oom, 0, 40 * MIB, 512, 2 * MIB),
+            ],
+        };
+        let json = history_json(&snapshot);
+        assert!(!json.contains(&base.to_string()) && !json.contains(&other.to_string()));
+        let history: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(history["before"], serde_json::json!([0, 0]));
+        let rows = history["trace"].as_array().unwrap();
+        assert_eq!(
+            rows[1],
+            serde_json::json!(["alloc", 0, 0, 3_000_064, 3_000_000, 0, 3_000_064, 20 * MIB])
+        );
+        assert_eq!(rows[2][3], serde_json::json!(3_000_064));
+        // A segment reserved again at an address once used is a new segment.
+        assert_eq!(
+            rows[5],
+            serde_json::json!(["alloc", 1, 0, 512, 4, 0, 512, 2 * MIB])
+        );
+        assert_eq!(rows[6][1], serde_json::Value::Null);
+        assert_eq!(history["segments"][0]["segment"], serde_json::json!(1));
+        assert_eq!(
+            history["segments"][0]["blocks"][0],
+            serde_json::json!([0, 512, 4, "live"])
+        );
     }
 }

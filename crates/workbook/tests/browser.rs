@@ -7,14 +7,18 @@
 //! its warning with the solution hidden until its button is pressed, every link to a solution
 //! page (the chapter's "next" arrow included) lands on that gate, and the search shows no
 //! solution page. Every chapter with a quiz file shows 3 to 5 questions, and a question answered
-//! says whether it was right and shows its explanation.
+//! says whether it was right and shows its explanation. Chapter 3's interactive view of its
+//! pictures steps through the allocator's events (next button, right arrow key) and shows a
+//! block's size, requested size and stream on hover and tap, in the light and navy themes at
+//! 1280 and 390 px.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
 //! fails under CI (`CI=true`, where `.ci/run` installs them) and is skipped with a notice elsewhere,
 //! so that a learner's plain `cargo test` works on a fresh machine; `WORKBOOK_SKIP_BROWSER=1` skips
 //! it always. With `WORKBOOK_SCREENSHOTS=<dir>` it also saves
-//! screenshots of the introduction and chapter 3 in the light and navy themes there; with
+//! screenshots of the introduction and chapter 3 in the light and navy themes there (chapter 3's
+//! interactive view at 1280 and 390 px among them); with
 //! `WORKBOOK_CHROMEDRIVER_LOG=<file>`, chromedriver's verbose log goes to that file.
 
 mod common;
@@ -272,6 +276,9 @@ struct Link {
     anchor: String,
 }
 
+/// The chapter page whose interactive view of its pictures the test steps through.
+const HISTORY_PAGE: &str = "ch03-drop-and-empty-cache";
+
 /// The phone's window width, and the smallest a picture's label may be drawn on it, in CSS px.
 const PHONE_WIDTH: u32 = 390;
 const MIN_LABEL_PX: f64 = 10.0;
@@ -526,6 +533,9 @@ impl BookCheck {
         report
             .problems
             .extend(self.on_a_phone(client, &files).await?);
+        report
+            .problems
+            .extend(self.step_through_the_history(client).await?);
 
         let (found, problems) = self.search(client).await?;
         report.search_results = found;
@@ -697,6 +707,260 @@ impl BookCheck {
                 .await?;
             }
         }
+        client
+            .set_window_size(1280, 900)
+            .await
+            .map_err(|e| format!("resizing the window back: {e}"))?;
+        Ok(problems)
+    }
+
+    /// Chapter 3's interactive view of its pictures ([`HISTORY_PAGE`]), in the light and navy
+    /// themes at 1280 px and on a phone: it appears beside the static pictures, describes the
+    /// first event, "next" and the right arrow key each advance one event and "previous" goes
+    /// back one, with the totals described changing as the history file says; hovering a block (1280 px) or tapping one
+    /// (390 px) shows its size, requested size and stream; its text is 12 px or more; nothing
+    /// scrolls sideways; the browser logs no error; the two themes colour it differently.
+    async fn step_through_the_history(&self, client: &Client) -> Result<Vec<String>, String> {
+        let file = format!("{HISTORY_PAGE}.html");
+        let data = std::fs::read_to_string(
+            self.dest
+                .join(format!("pictures/{HISTORY_PAGE}-history.json")),
+        )
+        .map_err(|e| format!("reading {HISTORY_PAGE}'s history: {e}"))?;
+        let history: Value =
+            serde_json::from_str(&data).map_err(|e| format!("{HISTORY_PAGE}'s history: {e}"))?;
+        let rows = history["trace"].as_array().cloned().unwrap_or_default();
+        let size = |v: &Value| workbook::viz::size(v.as_u64().unwrap_or(0));
+        let totals = |i: usize| {
+            rows.get(i).map_or_else(String::new, |r| {
+                format!("→ allocated {}, reserved {}", size(&r[6]), size(&r[7]))
+            })
+        };
+        let block = |i: usize| {
+            rows.get(i).map_or_else(String::new, |r| {
+                format!(
+                    "block of {} ({} requested) on stream {}",
+                    size(&r[3]),
+                    size(&r[4]),
+                    r[5]
+                )
+            })
+        };
+        let mut problems = Vec::new();
+        if rows.len() < 4 || rows[1][0] != json!("alloc") || rows[2][0] != json!("alloc") {
+            return Ok(vec![format!(
+                "{HISTORY_PAGE}'s history does not begin with a segment and two allocs: the \
+                 test of its interactive view needs another page"
+            )]);
+        }
+        if totals(0) == totals(1) || totals(1) == totals(2) {
+            problems.push(format!(
+                "{HISTORY_PAGE}: events 1 to 3 leave the same totals: stepping cannot be seen"
+            ));
+        }
+        let mut bars = BTreeMap::new();
+        for theme in ["light", "navy"] {
+            for width in [1280, PHONE_WIDTH] {
+                let at = format!("{file} ({theme}, {width} px)");
+                client
+                    .set_window_size(width, 900)
+                    .await
+                    .map_err(|e| format!("resizing the window: {e}"))?;
+                self.open(client, &file).await?;
+                client
+                    .execute(
+                        "localStorage.setItem('mdbook-theme', arguments[0]);",
+                        vec![json!(theme)],
+                    )
+                    .await
+                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                self.open(client, &file).await?;
+                let view = match client
+                    .wait()
+                    .at_most(Duration::from_secs(20))
+                    .for_element(fantoccini::Locator::Css(".content .wb-memview"))
+                    .await
+                {
+                    Ok(view) => view,
+                    Err(e) => {
+                        problems.push(format!("{at}: no interactive view appeared: {e}"));
+                        continue;
+                    }
+                };
+                let seen = |script: &'static str| async move {
+                    client
+                        .execute(script, vec![])
+                        .await
+                        .map_err(|e| format!("reading the view: {e}"))
+                };
+                let described = || async {
+                    let v = seen(
+                        "const v = document.querySelector('.content .wb-memview'); \
+                         return [Number(v.getAttribute('data-event')), \
+                                 v.querySelector('.wb-mv-event').textContent];",
+                    )
+                    .await?;
+                    Ok::<(i64, String), String>((
+                        v[0].as_i64().unwrap_or(-1),
+                        v[1].as_str().unwrap_or_default().to_string(),
+                    ))
+                };
+                let expect = |what: &str, (event, text): (i64, String), want: usize| {
+                    (event != want as i64 || !text.contains(&totals(want))).then(|| {
+                        format!(
+                            "{at}: {what}, the view shows event {event} described as {text:?} \
+                             (event {want}, {:?}, wanted)",
+                            totals(want)
+                        )
+                    })
+                };
+                problems.extend(expect("opened", described().await?, 0));
+                view.find(fantoccini::Locator::Css(".wb-mv-next"))
+                    .await
+                    .map_err(|e| format!("{at}: the next button: {e}"))?
+                    .click()
+                    .await
+                    .map_err(|e| format!("{at}: pressing next: {e}"))?;
+                problems.extend(expect("after next", described().await?, 1));
+                // The right arrow key steps too, and does not turn mdBook's page.
+                view.find(fantoccini::Locator::Css(".wb-mv-next"))
+                    .await
+                    .map_err(|e| format!("{at}: the next button: {e}"))?
+                    .send_keys("\u{E014}")
+                    .await
+                    .map_err(|e| format!("{at}: pressing the right arrow: {e}"))?;
+                let url = client.current_url().await.map_err(|e| e.to_string())?;
+                if !url.path().ends_with(&file) {
+                    problems.push(format!("{at}: the right arrow key left the page for {url}"));
+                }
+                problems.extend(expect("after the right arrow key", described().await?, 2));
+                // Hover over the first block (a mouse) or tap the second (a phone).
+                let (nth, want) = if width == PHONE_WIDTH { (2, 2) } else { (1, 1) };
+                let target = view
+                    .find(fantoccini::Locator::Css(&format!(
+                        ".wb-mv-segment:first-child .wb-mv-block:nth-child({nth})"
+                    )))
+                    .await
+                    .map_err(|e| format!("{at}: block {nth} of the segment map: {e}"))?;
+                client
+                    .execute(
+                        "arguments[0].scrollIntoView({block: 'center'});",
+                        vec![serde_json::to_value(&target).map_err(|e| e.to_string())?],
+                    )
+                    .await
+                    .map_err(|e| format!("{at}: scrolling to a block: {e}"))?;
+                if width == PHONE_WIDTH {
+                    target
+                        .click()
+                        .await
+                        .map_err(|e| format!("{at}: tapping a block: {e}"))?;
+                } else {
+                    use fantoccini::actions::{InputSource, MouseActions, PointerAction};
+                    let hover =
+                        MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
+                            element: target.clone(),
+                            duration: None,
+                            x: 0.0,
+                            y: 0.0,
+                        });
+                    client
+                        .perform_actions(hover)
+                        .await
+                        .map_err(|e| format!("{at}: hovering over a block: {e}"))?;
+                }
+                let info = seen(
+                    "return document.querySelector('.content .wb-mv-block-info').textContent;",
+                )
+                .await?;
+                let info = info.as_str().unwrap_or_default();
+                if !info.to_lowercase().contains(&block(want).to_lowercase()) {
+                    problems.push(format!(
+                        "{at}: {} block {nth} shows {info:?} ({:?} wanted)",
+                        if width == PHONE_WIDTH {
+                            "tapping"
+                        } else {
+                            "hovering over"
+                        },
+                        block(want)
+                    ));
+                }
+                let previous = view
+                    .find(fantoccini::Locator::Css(".wb-mv-previous"))
+                    .await
+                    .map_err(|e| format!("{at}: the previous button: {e}"))?;
+                // Centred, so that mdBook's menu bar at the top of the window is not over it.
+                client
+                    .execute(
+                        "arguments[0].scrollIntoView({block: 'center'});",
+                        vec![serde_json::to_value(&previous).map_err(|e| e.to_string())?],
+                    )
+                    .await
+                    .map_err(|e| format!("{at}: scrolling to the previous button: {e}"))?;
+                previous
+                    .click()
+                    .await
+                    .map_err(|e| format!("{at}: pressing previous: {e}"))?;
+                problems.extend(expect("after previous", described().await?, 1));
+                // The block shown before may be gone at the new event: its words go too.
+                let after = seen(
+                    "return document.querySelector('.content .wb-mv-block-info').textContent;",
+                )
+                .await?;
+                if after.as_str().is_none_or(|t| t.starts_with("Block of")) {
+                    problems.push(format!("{at}: after a step the view still shows {after}"));
+                }
+                let smallest = seen(
+                    "let least = 1000; \
+                     for (const e of document.querySelectorAll('.content .wb-memview, \
+                         .content .wb-memview *')) { \
+                       const own = Array.from(e.childNodes).some(n => n.nodeType === 3 \
+                         && n.textContent.trim() !== ''); \
+                       if (own) { least = Math.min(least, \
+                         parseFloat(getComputedStyle(e).fontSize)); } } \
+                     return least;",
+                )
+                .await?;
+                if smallest.as_f64().unwrap_or(0.0) < 12.0 {
+                    problems.push(format!(
+                        "{at}: the view has text of {smallest} px (12 wanted)"
+                    ));
+                }
+                for problem in self.overflow(client, &file, width == PHONE_WIDTH).await? {
+                    problems.push(format!("({theme}, {width} px) {problem}"));
+                }
+                let bar = seen(
+                    "return getComputedStyle(document.querySelector('.content .wb-mv-bar'))\
+                     .backgroundColor;",
+                )
+                .await?;
+                bars.insert(theme, bar);
+                for entry in browser_log(client).await? {
+                    problems.push(format!("{at}: browser log: {entry}"));
+                }
+                if let Some(dir) = &self.screenshots {
+                    client
+                        .execute(
+                            "document.querySelector('.content .wb-memview').scrollIntoView(); \
+                             window.scrollBy(0, -60);",
+                            vec![],
+                        )
+                        .await
+                        .map_err(|e| format!("{at}: scrolling to the view: {e}"))?;
+                    self.screenshot(client, dir, &format!("{HISTORY_PAGE}-view-{theme}-{width}"))
+                        .await?;
+                }
+            }
+        }
+        if bars.get("light") == bars.get("navy") {
+            problems.push(format!(
+                "{file}: the view's segment bars are {:?} in the light and navy themes alike",
+                bars.get("light")
+            ));
+        }
+        client
+            .execute("localStorage.setItem('mdbook-theme', 'light');", vec![])
+            .await
+            .map_err(|e| format!("choosing the light theme again: {e}"))?;
         client
             .set_window_size(1280, 900)
             .await

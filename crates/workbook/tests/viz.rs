@@ -161,14 +161,21 @@ fn pictures_are_made_for_walkthroughs_that_write_a_snapshot_and_checked() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     made.sort();
-    assert_eq!(made, ["ch01-pics-segments.svg", "ch01-pics-timeline.svg"]);
+    assert_eq!(
+        made,
+        [
+            "ch01-pics-history.json",
+            "ch01-pics-segments.svg",
+            "ch01-pics-timeline.svg"
+        ]
+    );
     let timeline = std::fs::read_to_string(pictures.join("ch01-pics-timeline.svg")).unwrap();
     assert!(timeline.contains("peak reserved 20 MiB"));
 
     let (output, stdout, stderr) = pictures_cmd(true);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("2 pictures of 1 chapters are up to date"),
+        stdout.contains("3 files of 1 chapters are up to date"),
         "{stdout}"
     );
 
@@ -205,4 +212,60 @@ fn pictures_of_a_chapter_without_a_snapshot_is_an_error() {
         ),
         "{stderr}"
     );
+}
+
+/// Every history the book ships (`book/src/pictures/*-history.json`, which the interactive view
+/// steps through) is whole: replaying its events from the blocks live before recording, the live
+/// blocks add up to the allocated bytes after every event, each free_requested frees a live
+/// block of its size, and each free_completed returns one so freed.
+#[test]
+fn the_books_histories_replay_to_their_allocated_totals() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/pictures");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with("-history.json") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let history: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut live = std::collections::BTreeMap::new();
+        let mut pending = std::collections::BTreeMap::new();
+        for (k, segment) in history["initial"].as_array().unwrap().iter().enumerate() {
+            for b in segment["blocks"].as_array().unwrap() {
+                live.insert((k as u64, b[0].as_u64().unwrap()), b[1].as_u64().unwrap());
+            }
+        }
+        assert_eq!(
+            live.values().sum::<u64>(),
+            history["before"][0].as_u64().unwrap(),
+            "{name}: the blocks live before recording"
+        );
+        for (i, row) in history["trace"].as_array().unwrap().iter().enumerate() {
+            let key = (
+                row[1].as_u64().unwrap_or(u64::MAX),
+                row[2].as_u64().unwrap(),
+            );
+            let size = row[3].as_u64().unwrap();
+            match row[0].as_str().unwrap() {
+                "alloc" => assert!(live.insert(key, size).is_none(), "{name} event {i}"),
+                "free_requested" => {
+                    assert_eq!(live.remove(&key), Some(size), "{name} event {i}");
+                    assert!(pending.insert(key, size).is_none(), "{name} event {i}");
+                }
+                "free_completed" => {
+                    assert_eq!(pending.remove(&key), Some(size), "{name} event {i}")
+                }
+                _ => {}
+            }
+            assert_eq!(
+                live.values().sum::<u64>(),
+                row[6].as_u64().unwrap(),
+                "{name}: the live blocks after event {i}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no history in {}", dir.display());
 }
