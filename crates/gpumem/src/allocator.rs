@@ -457,6 +457,13 @@ impl<B: RawMemory> CachingAllocator<B> {
         self.lock().history.set_options(options);
     }
 
+    /// Puts an annotation named `label` into the history when recording (nothing otherwise).
+    pub fn record_annotation(&self, label: &str) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.history.annotate(label, &st.stats);
+    }
+
     /// The segments and blocks now, and the recorded trace (which gets a `snapshot` entry, as
     /// torch's, when recording).
     pub fn snapshot(&self) -> Snapshot {

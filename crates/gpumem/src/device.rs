@@ -279,6 +279,13 @@ impl Device {
         self.inner.allocator.record_history(enabled);
     }
 
+    /// Marks a point of the program in the recorded history with a name (an `annotation` entry;
+    /// torch's `record_function` range start, kept in the snapshot's `external_annotations`).
+    /// Does nothing while history is not recorded.
+    pub fn record_annotation(&self, label: &str) {
+        self.inner.allocator.record_annotation(label);
+    }
+
     /// Segments, blocks and the recorded trace (`torch.cuda.memory._snapshot`).
     pub fn snapshot(&self) -> Snapshot {
         self.inner.allocator.snapshot()

@@ -72,6 +72,11 @@ pub enum TraceAction {
     Oom,
     /// A snapshot was taken; `size` is the active bytes then.
     Snapshot,
+    /// A named marker the program put into the history ([`History::annotate`]); `label` holds
+    /// its name. torch keeps these apart from the trace, in the snapshot's
+    /// `external_annotations` (torch 2.5+: `record_function` ranges while history is recorded),
+    /// so the pickle writes them there.
+    Annotation,
 }
 
 impl TraceAction {
@@ -87,10 +92,12 @@ impl TraceAction {
             TraceAction::SegmentUnmap => "segment_unmap",
             TraceAction::Oom => "oom",
             TraceAction::Snapshot => "snapshot",
+            TraceAction::Annotation => "annotation",
         }
     }
 
-    /// The action torch calls `name`, if any.
+    /// The action torch calls `name` in `device_traces`, if any (never [`TraceAction::Annotation`]:
+    /// torch writes annotations elsewhere).
     pub fn from_torch_name(name: &str) -> Option<TraceAction> {
         [
             TraceAction::Alloc,
@@ -156,6 +163,9 @@ pub struct TraceEntry {
     /// recorded during a `malloc`; none for frees).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frame: Option<Frame>,
+    /// The name of an annotation entry (none for the allocator's own events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// The trace recorder.
@@ -240,7 +250,17 @@ impl History {
                 | TraceAction::Oom => self.call_site.map(Frame::at),
                 _ => None,
             },
+            label: None,
         });
+    }
+
+    /// Adds an annotation entry named `label` when recording (torch's `recordAnnotation`): it
+    /// marks a point in the program and changes nothing; the totals are those of the moment.
+    pub fn annotate(&mut self, label: &str, stats: &DeviceStats) {
+        self.record(TraceAction::Annotation, 0, 0, StreamId(0), stats);
+        if let Some(e) = self.entries.back_mut().filter(|_| self.enabled) {
+            e.label = Some(label.to_string());
+        }
     }
 
     /// The recorded entries, oldest first.

@@ -3,7 +3,7 @@
 //! 2.x): `segments` (each with `device`, `address`, `total_size`, `allocated_size`, `active_size`,
 //! `requested_size`, `stream`, `segment_type`, `segment_pool_id`, `is_expandable`, `frames`,
 //! `blocks`), `device_traces` (one list of entries per device: `action`, `addr` or, for `oom`,
-//! `device_free`, `size`, `stream`, `time_us`, `frames`) and `allocator_settings`.
+//! `device_free`, `size`, `stream`, `time_us`, `frames`), `allocator_settings` and `external_annotations` (the program's annotations).
 //!
 //! [`write_snapshot`] writes a gpumem [`Snapshot`] in that schema as a protocol-4 pickle, which
 //! Python's `pickle.load` and PyTorch's viewer (pytorch.org/memory_viz) read. [`read_snapshot`]
@@ -138,7 +138,11 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
         p.raw(&[EMPTY_LIST])?;
     }
     p.begin_list()?;
-    for e in &snapshot.trace {
+    for e in snapshot
+        .trace
+        .iter()
+        .filter(|e| e.action != TraceAction::Annotation)
+    {
         p.begin_dict()?;
         p.str("action")?;
         p.str(e.action.torch_name())?;
@@ -170,6 +174,24 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
 
     p.str("allocator_settings")?;
     write_settings(&mut p, &snapshot.allocator_settings)?;
+
+    // Annotations as torch 2.5+ writes them: `{name, stage, device, time_us}`, apart from the
+    // trace (a `record_function` range's start has stage `START`).
+    p.str("external_annotations")?;
+    p.begin_list()?;
+    for e in &snapshot.trace {
+        if let (TraceAction::Annotation, Some(label)) = (e.action, &e.label) {
+            p.begin_dict()?;
+            p.str("name")?;
+            p.str(label)?;
+            p.str("stage")?;
+            p.str("START")?;
+            p.key_int("device", device as i128)?;
+            p.key_int("time_us", e.time_us.into())?;
+            p.end_dict()?;
+        }
+    }
+    p.end_list()?;
 
     p.end_dict()?;
     p.raw(&[STOP])
@@ -836,6 +858,7 @@ fn trace_entry(v: &Value) -> Result<Option<TraceEntry>, String> {
         reserved: 0,
         time_us,
         frame: None,
+        label: None,
     }))
 }
 

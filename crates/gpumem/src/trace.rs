@@ -298,7 +298,8 @@ impl EntryConverter {
             | TraceAction::SegmentFree
             | TraceAction::SegmentMap
             | TraceAction::SegmentUnmap
-            | TraceAction::Oom => {}
+            | TraceAction::Oom
+            | TraceAction::Annotation => {}
         }
     }
 
@@ -906,6 +907,7 @@ mod tests {
             reserved: 0,
             time_us: 0,
             frame: None,
+            label: None,
         };
         let entries = [
             entry(TraceAction::FreeRequested, 0x900, 512, 0), // allocated before recording began

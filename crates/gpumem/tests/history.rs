@@ -149,3 +149,63 @@ fn an_allocation_through_the_device_records_the_callers_line() {
     assert_eq!(frame.line, u64::from(line));
     drop(buf);
 }
+
+#[test]
+fn an_annotation_is_recorded_with_its_label_only_while_recording() {
+    let a = allocator();
+    a.record_annotation("before recording");
+    a.record_history(true);
+    let b = a.malloc(4096, S0).unwrap();
+    a.record_annotation("2. drop the batch");
+    a.free(b, vec![]);
+    let trace = a.snapshot().trace;
+    let notes: Vec<_> = trace
+        .iter()
+        .filter(|e| e.action == TraceAction::Annotation)
+        .collect();
+    assert_eq!(notes.len(), 1, "{trace:?}");
+    assert_eq!(notes[0].label.as_deref(), Some("2. drop the batch"));
+    assert_eq!(notes[0].allocated, 4096, "the totals of the moment");
+    assert!(
+        trace
+            .iter()
+            .filter(|e| e.action != TraceAction::Annotation)
+            .all(|e| e.label.is_none())
+    );
+    // It keeps its place in the trace: after the alloc, before the free.
+    let at = trace
+        .iter()
+        .position(|e| e.action == TraceAction::Annotation)
+        .unwrap();
+    assert_eq!(trace[at - 1].action, TraceAction::Alloc);
+    assert_eq!(trace[at + 1].action, TraceAction::FreeRequested);
+    // It survives the snapshot's JSON.
+    let back = gpumem::Snapshot::from_json(&a.snapshot().to_json()).unwrap();
+    assert!(
+        back.trace
+            .iter()
+            .any(|e| e.label.as_deref() == Some("2. drop the batch"))
+    );
+    a.record_history(false);
+    a.record_annotation("after recording");
+    assert!(a.snapshot().trace.is_empty());
+}
+
+#[test]
+fn the_replay_ignores_annotations() {
+    let a = allocator();
+    a.record_history(true);
+    let b = a.malloc(4096, S0).unwrap();
+    a.record_annotation("a step");
+    a.free(b, vec![]);
+    let trace = a.snapshot().trace;
+    let without: Vec<_> = trace
+        .iter()
+        .filter(|e| e.action != TraceAction::Annotation)
+        .cloned()
+        .collect();
+    assert_eq!(
+        gpumem::trace::AllocTrace::from_entries(&trace, "t").to_json(),
+        gpumem::trace::AllocTrace::from_entries(&without, "t").to_json()
+    );
+}

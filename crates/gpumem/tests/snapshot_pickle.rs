@@ -56,7 +56,10 @@ with open(sys.argv[1], 'rb') as f:
 assert raw[0] == 0x80 and raw[1] == 4, 'protocol %r' % raw[:2]
 snap = pickle.loads(raw)
 want = json.load(open(sys.argv[2]))
-assert set(snap) == {'segments', 'device_traces', 'allocator_settings'}, sorted(snap)
+assert set(snap) == {'segments', 'device_traces', 'allocator_settings', 'external_annotations'}, sorted(snap)
+notes = [e for e in want['trace'] if e['action'] == 'annotation']
+assert [(a['name'], a['stage'], a['device'], a['time_us']) for a in snap['external_annotations']] == [(e['label'], 'START', 0, e['time_us']) for e in notes], snap['external_annotations']
+assert all(e['action'] != 'annotation' for t in snap['device_traces'] for e in t)
 segs = snap['segments']
 assert len(segs) == len(want['segments'])
 for s, w in zip(segs, want['segments']):
@@ -500,5 +503,39 @@ fn a_pickle_of_another_shape_is_not_a_snapshot() -> Result<()> {
             .contains("was torch.cuda.memory._record_memory_history() called"),
         "{e}"
     );
+    Ok(())
+}
+
+#[test]
+fn annotations_go_to_external_annotations_not_the_trace() -> Result<()> {
+    let a = CachingAllocator::new(CpuBackend::new(1 << 30), "cpu", AllocatorConfig::default());
+    a.record_history(true);
+    a.record_annotation("1. make a block");
+    let b = a.malloc(4096, StreamId(0))?;
+    a.record_annotation("2. drop it");
+    a.free(b, Vec::new());
+    let snapshot = a.snapshot();
+    let mut bytes = Vec::new();
+    gpumem::snapshot_pickle::write_snapshot(&snapshot, &mut bytes)?;
+    let mut read = Vec::new();
+    let contents = read_snapshot(bytes.as_slice(), |_, e| read.push(e.action))?;
+    let without: Vec<_> = snapshot
+        .trace
+        .iter()
+        .map(|e| e.action)
+        .filter(|a| *a != gpumem::TraceAction::Annotation)
+        .collect();
+    assert_eq!(read, without);
+    assert_eq!(contents.entries, vec![without.len()]);
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("annotated.pickle");
+    dump_snapshot(&snapshot, &path)?;
+    let script = r#"
+import pickle, sys
+snap = pickle.load(open(sys.argv[1], 'rb'))
+print([a['name'] for a in snap['external_annotations']])
+"#;
+    let out = python(script, &path, &snapshot)?;
+    assert_eq!(out.trim(), "['1. make a block', '2. drop it']");
     Ok(())
 }

@@ -252,10 +252,25 @@ struct TrackedSegment {
 /// before recording began, each `{size, blocks}` with the blocks known to be live then
 /// (`[offset, size, requested, stream]`: those the trace frees without allocating, and those
 /// live at the end that no alloc in the trace made); `segments` the segment map when the
-/// snapshot was taken.
+/// snapshot was taken. `steps` names the parts of the program the walkthrough marked
+/// (`dev.record_annotation`): `[index, label]`, the step beginning at the event `trace[index]`
+/// (`index` is the trace's length for a mark after the last event); annotations are no events.
 pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
     use gpumem::TraceAction as A;
-    let trace = &snapshot.trace;
+    let mut events = Vec::with_capacity(snapshot.trace.len());
+    let mut steps = Vec::new();
+    for e in &snapshot.trace {
+        match (e.action, &e.label) {
+            (A::Annotation, Some(label)) => steps.push(format!(
+                "[{},{}]",
+                events.len(),
+                serde_json::to_string(label).expect("a string always serialises")
+            )),
+            (A::Annotation, None) => {}
+            _ => events.push(e.clone()),
+        }
+    }
+    let trace = &events;
     let reserved_in_trace = |address: u64| {
         trace.iter().any(|e| {
             matches!(e.action, A::SegmentAlloc | A::SegmentMap)
@@ -340,7 +355,7 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
                 Some(k) => (Some(k), e.addr - segments[k].address),
                 None => (None, 0),
             },
-            A::Oom | A::Snapshot => (None, 0),
+            A::Oom | A::Snapshot | A::Annotation => (None, 0),
         };
         let (size, requested) = match e.action {
             A::Alloc => (
@@ -372,7 +387,9 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
                 A::FreeRequested => (e.allocated + size, e.reserved),
                 A::SegmentAlloc | A::SegmentMap => (e.allocated, e.reserved.saturating_sub(e.size)),
                 A::SegmentFree | A::SegmentUnmap => (e.allocated, e.reserved + e.size),
-                A::FreeCompleted | A::Oom | A::Snapshot => (e.allocated, e.reserved),
+                A::FreeCompleted | A::Oom | A::Snapshot | A::Annotation => {
+                    (e.allocated, e.reserved)
+                }
             };
         }
         match (e.action, segment) {
@@ -465,11 +482,12 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
     let device = serde_json::to_string(&snapshot.device).expect("a string always serialises");
     format!(
         "{{\"device\":{device},\"columns\":[\"action\",\"segment\",\"offset\",\"size\",\"requested\",\
-         \"stream\",\"allocated\",\"reserved\"],\n\"before\":[{},{}],\"initial\":[{}],\n\"trace\":[\n{}\n],\n\
+         \"stream\",\"allocated\",\"reserved\"],\n\"before\":[{},{}],\"initial\":[{}],\n\"steps\":[{}],\n\"trace\":[\n{}\n],\n\
          \"segments\":[\n{}\n]}}\n",
         before.0,
         before.1,
         initial.join(","),
+        steps.join(","),
         rows.join(",\n"),
         end.into_iter()
             .map(|(_, s)| s)

@@ -54,11 +54,15 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
 }
 
 /// The entries the pictures draw: torch's `free_completed` (the free itself is drawn at
-/// `free_requested`, where the allocated bytes drop) and `snapshot` entries change no total and are
-/// left out, so that an event on the timeline is one allocation, free or segment change.
+/// `free_requested`, where the allocated bytes drop), `snapshot` and `annotation` entries change
+/// no total and are left out, so that an event on the timeline is one allocation, free or segment change.
 fn drawn(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
-    let skipped =
-        |e: &TraceEntry| matches!(e.action, TraceAction::FreeCompleted | TraceAction::Snapshot);
+    let skipped = |e: &TraceEntry| {
+        matches!(
+            e.action,
+            TraceAction::FreeCompleted | TraceAction::Snapshot | TraceAction::Annotation
+        )
+    };
     if !snapshot.trace.iter().any(skipped) {
         return Cow::Borrowed(snapshot);
     }
@@ -176,7 +180,8 @@ fn totals(snapshot: &Snapshot) -> Vec<(u64, u64)> {
         | TraceAction::FreeRequested
         | TraceAction::FreeCompleted
         | TraceAction::Snapshot
-        | TraceAction::Oom => (first.allocated, first.reserved),
+        | TraceAction::Oom
+        | TraceAction::Annotation => (first.allocated, first.reserved),
     };
     std::iter::once(before)
         .chain(snapshot.trace.iter().map(|e| (e.allocated, e.reserved)))
