@@ -155,6 +155,31 @@
         return what + ' → allocated ' + size(e.allocated) + ', reserved ' + size(e.reserved);
     }
 
+    // The walkthrough's steps (`steps`: [index, label], the step beginning at event `index`):
+    // the one event `i` belongs to, as its position in the list, or -1 before the first.
+    function stepsOf(history) {
+        return (history.steps || []).filter(function (s) {
+            return s[0] < history.trace.length;
+        });
+    }
+
+    // A step's short name on the axis: the number its label begins with ("2. drop(host)"), or
+    // its place in the list.
+    function stepNumber(steps, k) {
+        var m = /^(\d+)\./.exec(steps[k][1]);
+        return m === null ? String(k + 1) : m[1];
+    }
+
+    function stepAt(steps, i) {
+        var found = -1;
+        steps.forEach(function (s, k) {
+            if (s[0] <= i) {
+                found = k;
+            }
+        });
+        return found;
+    }
+
     // The segments after event `last`: each reserved one with its live blocks, by offset.
     function segmentsAt(history, last) {
         // Segments reserved before recording began, with the blocks known to be live then.
@@ -217,11 +242,12 @@
     function drawTimeline(view, history, current) {
         var box = view.timeline;
         var width = Math.max(box.clientWidth, 200);
-        var height = 150;
+        var steps = stepsOf(history);
+        var height = steps.length > 0 ? 166 : 150;
         var left = 8;
         var right = width - 8;
         var top = 20;
-        var bottom = height - 22;
+        var bottom = steps.length > 0 ? height - 38 : height - 22;
         var rows = history.trace;
         var peak = history.before[1];
         rows.forEach(function (r) {
@@ -269,6 +295,21 @@
             }
             svg.appendChild(t);
         };
+        // The walkthrough's steps: a tick where each begins, numbered under the axis (the
+        // words are in the list of steps and the event's description); a number that would
+        // touch the one before is left out, the tick stays.
+        var numbered = -Infinity;
+        steps.forEach(function (s, k) {
+            var sx = x(s[0] - 1) + 0.5;
+            svg.appendChild(svgElement('line', { x1: sx, x2: sx, y1: top, y2: bottom + 4,
+                class: 'wb-mv-step-tick' + (k === stepAt(steps, current) ? ' wb-mv-current' : '') }));
+            // Steps that begin at the same event: the last one is the event's, and numbered.
+            var sameAsNext = k + 1 < steps.length && steps[k + 1][0] === s[0];
+            if (!sameAsNext && sx - numbered >= 16 && sx <= right - 4) {
+                label(stepNumber(steps, k), [sx, bottom + 16], 'middle');
+                numbered = sx;
+            }
+        });
         label('peak ' + size(peak), [left, top - 6], 'start');
         label('event 0', [left, height - 4], 'start');
         label('event ' + (rows.length - 1), [right, height - 4], 'end');
@@ -366,6 +407,26 @@
         view.appendChild(view.event);
         view.timeline = element('div', 'wb-mv-timeline');
         view.appendChild(view.timeline);
+        // The walkthrough's steps (their labels begin with the number the axis shows); one goes
+        // to its first event.
+        var steps = stepsOf(history);
+        var stepItems = steps.map(function (s) {
+            var item = element('li', 'wb-mv-step');
+            var link = element('button', 'wb-mv-step-go', s[1]);
+            link.addEventListener('click', function () {
+                view.go(s[0]);
+            });
+            item.appendChild(link);
+            return item;
+        });
+        if (steps.length > 0) {
+            var list = element('ul', 'wb-mv-steps');
+            list.setAttribute('aria-label', 'The walkthrough’s steps');
+            stepItems.forEach(function (item) {
+                list.appendChild(item);
+            });
+            view.appendChild(list);
+        }
         var legend = element('p', 'wb-mv-legend');
         [['wb-mv-key-allocated', 'allocated'], ['wb-mv-key-reserved', 'reserved'],
          ['wb-mv-key-live', 'live block'], ['wb-mv-key-new', 'allocated by this event'],
@@ -394,8 +455,14 @@
             count.textContent = 'event ' + current + ' of 0 to ' + last;
             previous.disabled = current === 0;
             next.disabled = current === last;
-            view.event.textContent = describe(eventOf(history, history.trace[current]));
+            var step = stepAt(steps, current);
+            view.event.textContent = (step < 0 ? '' : 'Step ' + steps[step][1] + ' · ')
+                + describe(eventOf(history, history.trace[current]));
             view.setAttribute('data-event', String(current));
+            view.setAttribute('data-step', String(step + 1));
+            stepItems.forEach(function (item, k) {
+                item.classList.toggle('wb-mv-current', k === step);
+            });
             view.block.textContent = hint; // the block shown may be gone at this event
             drawTimeline(view, history, current);
             drawSegments(view, history, current);

@@ -909,6 +909,7 @@ impl BookCheck {
                 if after.as_str().is_none_or(|t| t.starts_with("Block of")) {
                     problems.push(format!("{at}: after a step the view still shows {after}"));
                 }
+                problems.extend(self.step_labels(client, &view, &at, &history).await?);
                 let smallest = seen(
                     "let least = 1000; \
                      for (const e of document.querySelectorAll('.content .wb-memview, \
@@ -965,6 +966,126 @@ impl BookCheck {
             .set_window_size(1280, 900)
             .await
             .map_err(|e| format!("resizing the window back: {e}"))?;
+        Ok(problems)
+    }
+
+    /// The walkthrough's steps in the view: listed with their labels and ticked on the
+    /// timeline; going to a step's first event shows that step, and stepping back from it
+    /// shows the step before.
+    async fn step_labels(
+        &self,
+        client: &Client,
+        view: &fantoccini::elements::Element,
+        at: &str,
+        history: &Value,
+    ) -> Result<Vec<String>, String> {
+        let steps: Vec<(u64, String)> = history["steps"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .map(|p| {
+                        (
+                            p[0].as_u64().unwrap_or(0),
+                            p[1].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some(k) = steps.iter().position(|(i, _)| *i > 0).filter(|k| *k > 0) else {
+            return Ok(vec![format!(
+                "{at}: {HISTORY_PAGE}'s history has no second step after its first event \
+                 ({steps:?}): the walkthrough's annotations are missing"
+            )]);
+        };
+        let mut problems = Vec::new();
+        let shown = client
+            .execute(
+                "const v = document.querySelector('.content .wb-memview'); \
+                 return [Array.from(v.querySelectorAll('.wb-mv-step')).map(e => e.textContent), \
+                         v.querySelectorAll('.wb-mv-step-tick').length];",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("{at}: reading the steps: {e}"))?;
+        let labels: Vec<String> = steps.iter().map(|(_, l)| l.clone()).collect();
+        if shown[0] != json!(labels) || shown[1] != json!(steps.len()) {
+            problems.push(format!(
+                "{at}: the view lists the steps {} with {} ticks ({labels:?} wanted)",
+                shown[0], shown[1]
+            ));
+        }
+        let state = || async {
+            let v = client
+                .execute(
+                    "const v = document.querySelector('.content .wb-memview'); \
+                     return [Number(v.getAttribute('data-event')), \
+                             Number(v.getAttribute('data-step')), \
+                             v.querySelector('.wb-mv-event').textContent, \
+                             v.querySelector('.wb-mv-step.wb-mv-current').textContent];",
+                    vec![],
+                )
+                .await
+                .map_err(|e| format!("{at}: reading the view: {e}"))?;
+            Ok::<Value, String>(v)
+        };
+        let expect = |what: &str, v: Value, event: u64, step: usize| {
+            let label = &steps[step].1;
+            let text = v[2].as_str().unwrap_or_default();
+            (v[0] != json!(event)
+                || v[1] != json!(step + 1)
+                || !text.starts_with(&format!("Step {label}"))
+                || v[3] != json!(label))
+            .then(|| {
+                format!("{at}: {what}, the view shows {v} (event {event} in step {label:?} wanted)")
+            })
+        };
+        let button = view
+            .find(fantoccini::Locator::Css(&format!(
+                ".wb-mv-step:nth-child({}) .wb-mv-step-go",
+                k + 1
+            )))
+            .await
+            .map_err(|e| format!("{at}: step {}'s button: {e}", k + 1))?;
+        client
+            .execute(
+                "arguments[0].scrollIntoView({block: 'center'});",
+                vec![serde_json::to_value(&button).map_err(|e| e.to_string())?],
+            )
+            .await
+            .map_err(|e| format!("{at}: scrolling to a step: {e}"))?;
+        button
+            .click()
+            .await
+            .map_err(|e| format!("{at}: choosing a step: {e}"))?;
+        let first = steps[k].0;
+        problems.extend(expect("after choosing a step", state().await?, first, k));
+        let press = |class: &'static str| async move {
+            let b = view
+                .find(fantoccini::Locator::Css(class))
+                .await
+                .map_err(|e| format!("{at}: {class}: {e}"))?;
+            client
+                .execute(
+                    "arguments[0].scrollIntoView({block: 'center'});",
+                    vec![serde_json::to_value(&b).map_err(|e| e.to_string())?],
+                )
+                .await
+                .map_err(|e| format!("{at}: scrolling to {class}: {e}"))?;
+            b.click()
+                .await
+                .map_err(|e| format!("{at}: pressing {class}: {e}"))
+        };
+        press(".wb-mv-previous").await?;
+        let before = steps.iter().rposition(|(i, _)| *i < first).unwrap_or(0);
+        problems.extend(expect(
+            "stepping back out of it",
+            state().await?,
+            first - 1,
+            before,
+        ));
+        press(".wb-mv-next").await?;
+        problems.extend(expect("stepping into it again", state().await?, first, k));
         Ok(problems)
     }
 

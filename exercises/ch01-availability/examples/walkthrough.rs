@@ -87,6 +87,7 @@ fn main() -> anyhow::Result<()> {
     // ANCHOR_END: open
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
+    dev.record_annotation("3. What the device has");
     // ANCHOR: properties
     println!("\nStep 3. What {dev} has (Device::properties)");
     let p = dev.properties()?;
@@ -100,6 +101,7 @@ fn main() -> anyhow::Result<()> {
     println!("  compute_capability    = {:?}", p.compute_capability);
     // ANCHOR_END: properties
 
+    dev.record_annotation("4. One allocation");
     // ANCHOR: first_allocation
     println!("\nStep 4. One allocation seen by the allocator and by the driver");
     let (free_before, _) = dev.mem_get_info()?;

@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
     println!("Device: {dev}");
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
+    dev.record_annotation("1. Build on the host, copy to the device");
     // ANCHOR: host_to_device
     println!("\nStep 1. Build 1 Mi f32 (4 MiB) on the host, then copy them to the device");
     let host: Vec<f32> = vec![0.5; 1 << 20];
@@ -46,6 +47,7 @@ fn main() -> anyhow::Result<()> {
     println!("  {}", memory(&dev));
     // ANCHOR_END: host_to_device
 
+    dev.record_annotation("2. drop(host)");
     // ANCHOR: myth
     println!("\nStep 2. drop(host), torch's `del x`: the host copy goes, the device copy stays");
     drop(host);
@@ -59,6 +61,7 @@ fn main() -> anyhow::Result<()> {
     println!("  after empty_cache(): {}", memory(&dev));
     // ANCHOR_END: myth
 
+    dev.record_annotation("3. Create the data where it is used");
     // ANCHOR: create_on_device
     println!("\nStep 3. Create the data where it is used: dev.alloc::<f32>(1 << 20)");
     dev.reset_transfer_stats();
@@ -68,6 +71,7 @@ fn main() -> anyhow::Result<()> {
     drop(zeros);
     // ANCHOR_END: create_on_device
 
+    dev.record_annotation("4. Row by row, then one batch");
     // ANCHOR: batching
     println!("\nStep 4. 64 rows of 4096 f32: row by row, then as one batch");
     let rows: Vec<Vec<f32>> = (0..64).map(|r| vec![r as f32; 4096]).collect();
@@ -89,6 +93,7 @@ fn main() -> anyhow::Result<()> {
     );
     // ANCHOR_END: batching
 
+    dev.record_annotation("5. to() on the same device, try_clone()");
     // ANCHOR: to_same_device
     println!("\nStep 5. to() on the same device, then try_clone()");
     dev.reset_transfer_stats();
@@ -115,6 +120,7 @@ fn main() -> anyhow::Result<()> {
     );
     // ANCHOR_END: to_same_device
 
+    dev.record_annotation("6. to() onto another device");
     // ANCHOR: to_other_device
     println!("\nStep 6. to() onto another device");
     if dev.is_cuda() {

@@ -34,6 +34,7 @@ fn main() -> anyhow::Result<()> {
     println!("device {dev} ({name})\n");
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
+    dev.record_annotation("1. The 0.0004 MiB model");
     println!("== The 0.0004 MiB model ==");
     show(&dev, "start")?;
     let model = TinyLinear::new(&dev, 10, 10)?;
@@ -64,6 +65,7 @@ fn main() -> anyhow::Result<()> {
     dev.empty_cache();
     show(&dev, "empty_cache()")?;
 
+    dev.record_annotation("2. The wrong order");
     println!("\n== The wrong order: empty_cache, then drop ==");
     let buf = dev.alloc::<f32>((4 * MIB / 4) as usize)?;
     show(&dev, "4 MiB buffer")?;
@@ -74,6 +76,7 @@ fn main() -> anyhow::Result<()> {
     dev.empty_cache();
     show(&dev, "empty_cache() again")?;
 
+    dev.record_annotation("3. A tiny live buffer pins its segment");
     println!("\n== A tiny live buffer pins its whole segment ==");
     let loss = dev.alloc::<f32>(1)?;
     let batch = dev.alloc::<f32>((MIB / 4) as usize)?;
@@ -87,6 +90,7 @@ fn main() -> anyhow::Result<()> {
     dev.empty_cache();
     show(&dev, "drop(loss); empty_cache()")?;
 
+    dev.record_annotation("4. Every scenario");
     println!("\n== Every scenario of the prediction exercise ==");
     println!(
         "{:<28} {:>12} {:>12} {:>28}",

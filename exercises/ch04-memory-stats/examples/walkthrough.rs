@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
     println!("device {dev} ({name})");
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
+    dev.record_annotation("1. A model's size");
     println!("\n== A model's size: parameters versus blocks ==");
     let mlp = Mlp::new(&dev, &MNIST_SHAPE)?;
     let numel: usize = mlp.parameters().map(|p| p.len()).sum();
@@ -69,6 +70,7 @@ fn main() -> anyhow::Result<()> {
     drop(mlp);
     dev.empty_cache();
 
+    dev.record_annotation("2. 11 MiB + 400 B asked for");
     println!("\n== 11 MiB + 400 B asked for, 12 MiB handed out ==");
     let big = dev.alloc::<f32>(((11 * MIB + 400) / 4) as usize)?;
     println!(
@@ -79,6 +81,7 @@ fn main() -> anyhow::Result<()> {
     drop(big);
     dev.empty_cache();
 
+    dev.record_annotation("3. The peak inside an operation");
     println!("\n== The peak inside an operation ==");
     let x = dev.alloc::<f32>((2 * MIB / 4) as usize)?;
     println!("  x: 2 MiB; workspace_op(x) makes two 2 MiB temporaries and a 2 MiB output");
@@ -96,6 +99,7 @@ fn main() -> anyhow::Result<()> {
     drop((x, y));
     dev.empty_cache();
 
+    dev.record_annotation("4. The source's loop");
     println!("\n== The source's loop: x_gpu = x.to('cuda') three times ==");
     dev.reset_peak_memory_stats();
     let sampled = source_loop(&dev, 3)?;
@@ -109,6 +113,7 @@ fn main() -> anyhow::Result<()> {
     );
     dev.empty_cache();
 
+    dev.record_annotation("5. Keeping every step's loss");
     println!("\n== Keeping every step's loss on the device ==");
     let model = Mlp::new(&dev, &[(256, 256)])?;
     let base = dev.memory_allocated();
@@ -133,6 +138,7 @@ fn main() -> anyhow::Result<()> {
     drop(model);
     dev.empty_cache();
 
+    dev.record_annotation("6. Host memory is not device memory");
     println!("\n== Host memory is not device memory ==");
     let before = dev.memory_allocated();
     let host = vec![1.0f32; (4 * MIB / 4) as usize];
@@ -143,6 +149,7 @@ fn main() -> anyhow::Result<()> {
     );
     drop(host);
 
+    dev.record_annotation("7. Fragmentation");
     println!("\n== Fragmentation (the answer to predict_fragmented) ==");
     // Peaks and totals from here on belong to this scenario alone.
     dev.reset_peak_memory_stats();

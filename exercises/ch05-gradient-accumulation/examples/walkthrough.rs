@@ -69,6 +69,7 @@ fn main() -> anyhow::Result<()> {
         kib(gradients)
     );
 
+    dev.record_annotation("1. One batch in k micro-batches");
     println!("\n== One batch of {BATCH} examples in k micro-batches ==");
     println!("   k  rows  peak above model+gradients  gradient blocks  error vs k = 1");
     let start = dev.memory_allocated();
@@ -95,6 +96,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
+    dev.record_annotation("2. What a step holds");
     println!("\n== What a step holds, for a batch of 256 and for micro-batches of 64 ==");
     for rows in [BATCH, BATCH / 4] {
         let micro = DeviceBatch {
@@ -121,6 +123,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
+    dev.record_annotation("3. The loss not divided by k");
     println!("\n== The source's loop: the loss not divided by k ==");
     for k in [2, 4, 8] {
         accumulate(&dev, &model, &mut grads, &data, k, 1.0)?;

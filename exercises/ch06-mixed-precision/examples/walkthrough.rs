@@ -119,6 +119,7 @@ fn main() -> anyhow::Result<()> {
     let name = dev.properties().map(|p| p.name).unwrap_or_default();
     println!("device {dev} ({name})");
 
+    dev.record_annotation("1. Range and precision");
     println!("\n== Range and precision: f32 values stored as f16 and bf16 on the device ==");
     let values = [70000.0f32, 65504.0, 1.001, 0.1, 1e-4, 1e-8];
     let as_f16 = stored_as::<f16>(&dev, &values)?;
@@ -131,6 +132,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
+    dev.record_annotation("2. A loss gradient below f16's range");
     println!("\n== A loss gradient below f16's range ==");
     println!("  a 64 -> 256 layer with zero weights, 32 rows, targets of about 1e-4:");
     println!("  every loss gradient is 2 * (0 - t) / 8192, about 2.6e-8");
@@ -166,6 +168,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
+    dev.record_annotation("3. Loss scales that overflow f16");
     println!("\n== Loss scales that overflow f16 (a 64 -> 128 -> 16 model, 32 rows) ==");
     let mut rng = XorShift::new(8);
     let model = Mlp::new(&dev, &[64, 128, 16], &mut rng)?;
@@ -187,6 +190,7 @@ fn main() -> anyhow::Result<()> {
     );
     // The chapter's pictures are of this section alone: the allocator's history starts here.
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
+    dev.record_annotation("4. Memory: weights, gradients, momentum, activations");
     let sizes = [256, 256, 256, 32];
     println!("  model {sizes:?}");
     println!(

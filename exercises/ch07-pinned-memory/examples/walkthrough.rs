@@ -46,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     println!("Device: {dev}");
     let stream = dev.stream()?;
 
+    dev.record_annotation("1. Pageable and pinned");
     // ANCHOR: pageable_vs_pinned
     println!("\nStep 1. 4 MiB to the device, from a Vec (pageable) and from pinned memory");
     let n = 1 << 20;
@@ -80,6 +81,7 @@ fn main() -> anyhow::Result<()> {
     drop((pinned, on_device));
     // ANCHOR_END: pageable_vs_pinned
 
+    dev.record_annotation("2. The caching host allocator");
     // ANCHOR: host_cache
     println!("\nStep 2. The caching host allocator: sizes round up to a power of two");
     for bytes in [1, 4096, 4097, 100_000] {
@@ -111,6 +113,7 @@ fn main() -> anyhow::Result<()> {
     // the allocator's history starts here.
     dev.empty_cache();
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
+    dev.record_annotation("3. One pinned staging buffer");
     let batch_len = 64 * 1024;
     let mut staging = dev.alloc_pinned::<f32>(batch_len)?;
     let mut checksum = 0.0f64;

@@ -36,6 +36,7 @@ fn main() -> anyhow::Result<()> {
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
     let mut rng = XorShift::new(8);
 
+    dev.record_annotation("1. What one forward pass keeps");
     println!("\n== What one forward pass keeps: model {SIZES:?}, batch of {ROWS} ==");
     println!(
         "  activation  mode            kept above model+batch  saved incl. weights, batch  nodes"
@@ -83,6 +84,7 @@ fn main() -> anyhow::Result<()> {
         kib((ROWS * 512 * 4) as u64)
     );
 
+    dev.record_annotation("2. A validation loop without no_grad");
     println!(
         "\n== A validation loop without no_grad: total_loss += loss, then total += loss.item() =="
     );
@@ -118,6 +120,7 @@ fn main() -> anyhow::Result<()> {
     }
     println!("  mean loss {:.6}", sum / data.len() as f32);
 
+    dev.record_annotation("3. Two losses, one graph");
     println!("\n== Two losses, one graph: retain_graph ==");
     let out = model.forward(&data[0].x)?;
     let first = autograd::mse_loss(&out, &data[0].t)?;
@@ -136,6 +139,7 @@ fn main() -> anyhow::Result<()> {
     drop((out, first, second));
     model.zero_grad();
 
+    dev.record_annotation("4. The source's no_grad example");
     println!("\n== The source's no_grad example, on the device ==");
     let n = 2000;
     let x = Tensor::<f32>::uniform(&dev, &[n, n], -1.0, 1.0, &mut rng)?.requires_grad_(true)?;

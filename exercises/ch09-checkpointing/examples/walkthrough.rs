@@ -81,6 +81,7 @@ fn main() -> anyhow::Result<()> {
     );
     println!("   s  kept after forward  activations        peak  linear forwards  extra work");
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
+    dev.record_annotation("1. One step in s segments");
     for segments in [1, 2, 4, 8, 16] {
         let [after, peak, work] = step(&dev, &model, &batch, segments)?;
         println!(
@@ -95,6 +96,7 @@ fn main() -> anyhow::Result<()> {
     snapshot.write(&dev)?;
     drop((model, batch));
 
+    dev.record_annotation("2. 1, √n and n segments");
     println!("\n== 1, √n and n segments for MLPs of depth n ==");
     println!("   n   s  kept activations        peak  linear forwards");
     for depth in [4, 9, 16, 25, 36] {
@@ -111,6 +113,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
+    dev.record_annotation("3. The source's example");
     println!(
         "\n== The source's example: 10 layers of 64 → 64 with ReLU, each in its own checkpoint =="
     );

@@ -65,6 +65,7 @@ fn main() -> anyhow::Result<()> {
     println!("device {dev} ({name})");
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
 
+    dev.record_annotation("1. The workload as written");
     println!(
         "\n== The workload as written, under a budget of {} ==",
         format_bytes(BUDGET)
@@ -92,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         Err(e) => e,
     };
     snapshot.write(&dev)?;
+    dev.record_annotation("2. The message");
     println!("\n== The message ==\n{err}");
     if let Error::OutOfMemory {
         alloc_size,
@@ -103,6 +105,7 @@ fn main() -> anyhow::Result<()> {
         ..
     } = &err
     {
+        dev.record_annotation("3. The message, number by number");
         println!("\n== The message, number by number ==");
         println!("  tried to allocate      {}", format_bytes(*alloc_size));
         println!("  total capacity         {}", format_bytes(*total));
@@ -130,6 +133,7 @@ fn main() -> anyhow::Result<()> {
     dev.clear_per_process_memory_fraction();
     dev.empty_cache();
 
+    dev.record_annotation("4. Each fix, measured");
     println!("\n== Each fix, measured ==");
     println!(
         "  {:<34} {:<14} {:>13} {:>8}",

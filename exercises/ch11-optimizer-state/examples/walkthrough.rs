@@ -78,6 +78,7 @@ fn main() -> anyhow::Result<()> {
     let snapshot = gpumem::SnapshotRequest::from_env(&dev);
     let mut rng = XorShift::new(11);
 
+    dev.record_annotation("1. The first training step");
     println!("\n== The first training step: model {SIZES:?}, batch of {ROWS}, MSE ==");
     println!(
         "  optimizer            weights       saved      grads      state   peak fwd   peak bwd  peak step"
@@ -122,6 +123,7 @@ fn main() -> anyhow::Result<()> {
         kib((ROWS * 1024 * 4) as u64)
     );
 
+    dev.record_annotation("2. Between steps");
     println!("\n== Between steps: Adam, zero_grad(set_to_none) ==");
     let model = Mlp::<f32>::new(&dev, &SIZES, Activation::Relu, &mut rng)?;
     let batch = Batch::random(&dev, &mut rng, ROWS, &SIZES)?;
@@ -143,6 +145,7 @@ fn main() -> anyhow::Result<()> {
     snapshot.write(&dev)?;
     drop((adam, model, batch));
 
+    dev.record_annotation("3. relu, relu().clone() and relu_()");
     println!("\n== The source's relu, relu().clone() and relu_(), 1000 x 1000 f32 ==");
     for variant in ["relu(x)", "relu(x).clone()", "x.relu_()"] {
         let x = Tensor::<f32>::uniform(&dev, &[1000, 1000], -1.0, 1.0, &mut rng)?;
@@ -161,6 +164,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
+    dev.record_annotation("4. In place on a saved tensor");
     println!("\n== In place on a tensor autograd saved ==");
     let model = Mlp::<f32>::new(&dev, &[64, 32, 1], Activation::Relu, &mut rng)?;
     let x = Tensor::<f32>::uniform(&dev, &[8, 64], -1.0, 1.0, &mut rng)?;
