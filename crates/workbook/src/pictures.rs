@@ -597,7 +597,43 @@ mod tests {
             reserved,
             time_us: 0,
             frame: None,
+            label: None,
         }
+    }
+
+    #[test]
+    fn annotations_become_steps_and_no_events() {
+        let mark = |label: &str| TraceEntry {
+            label: Some(label.to_string()),
+            ..entry(TraceAction::Annotation, 0, 0, 0, 2 << 20)
+        };
+        let trace = vec![
+            mark("1. \"first\""),
+            entry(TraceAction::SegmentAlloc, 0x1000, 2 << 20, 0, 2 << 20),
+            entry(TraceAction::Alloc, 0x1000, 512, 512, 2 << 20),
+            mark("2. then"),
+            entry(TraceAction::FreeRequested, 0x1000, 512, 0, 2 << 20),
+            mark("3. at the end"),
+        ];
+        let snapshot = gpumem::Snapshot {
+            device: "cpu".to_string(),
+            segments: Vec::new(),
+            trace,
+            allocator_settings: Default::default(),
+        };
+        let json: serde_json::Value = serde_json::from_str(&history_json(&snapshot)).unwrap();
+        assert_eq!(
+            json["steps"],
+            serde_json::json!([[0, "1. \"first\""], [2, "2. then"], [3, "3. at the end"]])
+        );
+        let actions: Vec<&str> = json["trace"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_str().unwrap())
+            .collect();
+        assert_eq!(actions, ["segment_alloc", "alloc", "free_requested"]);
+        assert_eq!(json["before"], serde_json::json!([0, 0]));
     }
 
     #[test]

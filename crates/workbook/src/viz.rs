@@ -846,6 +846,7 @@ mod tests {
             reserved,
             time_us: 0,
             frame: None,
+            label: None,
         }
     }
 
@@ -1038,7 +1039,7 @@ mod tests {
     }
 
     #[test]
-    fn free_completed_and_snapshot_entries_are_not_drawn() {
+    fn free_completed_snapshot_and_annotation_entries_are_not_drawn() {
         let plain = fragmented();
         let mut with_more = fragmented();
         let completed = |e: &TraceEntry| TraceEntry {
@@ -1051,8 +1052,16 @@ mod tests {
         let last = with_more.trace.last().cloned().unwrap();
         with_more.trace.push(TraceEntry {
             action: TraceAction::Snapshot,
-            ..last
+            ..last.clone()
         });
+        with_more.trace.insert(
+            2,
+            TraceEntry {
+                action: TraceAction::Annotation,
+                label: Some("a step".to_string()),
+                ..last
+            },
+        );
         assert_eq!(render(&with_more, View::Both), render(&plain, View::Both));
     }
 
