@@ -74,8 +74,9 @@ pub enum TraceAction {
     Snapshot,
     /// A named marker the program put into the history ([`History::annotate`]); `label` holds
     /// its name. torch keeps these apart from the trace, in the snapshot's
-    /// `external_annotations` (torch 2.5+: `record_function` ranges while history is recorded),
-    /// so the pickle writes them there.
+    /// `external_annotations` (`record_function` ranges while history is recorded:
+    /// torch/csrc/cuda/memory_snapshot.cpp at pytorch/pytorch 127b7ad), so the pickle writes
+    /// them there.
     Annotation,
 }
 

@@ -175,8 +175,9 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
     p.str("allocator_settings")?;
     write_settings(&mut p, &snapshot.allocator_settings)?;
 
-    // Annotations as torch 2.5+ writes them: `{name, stage, device, time_us}`, apart from the
-    // trace (a `record_function` range's start has stage `START`).
+    // Annotations as torch writes them (memory_snapshot.cpp at pytorch/pytorch 127b7ad):
+    // `{name, stage, device, time_us}`, apart from the trace (a `record_function` range's start
+    // has stage `START`).
     p.str("external_annotations")?;
     p.begin_list()?;
     for e in &snapshot.trace {
