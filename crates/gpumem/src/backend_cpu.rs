@@ -3,7 +3,7 @@
 //! Every operation is synchronous, so streams are just names and events are complete when recorded.
 //!
 //! Segment addresses are deterministic relative to the device: each device reserves one range of
-//! address space (its [`AddressSpace`], on first use) and places every segment and every expandable
+//! address space (on first use) and places every segment and every expandable
 //! segment's address space in it first fit in address order, on 2 MiB boundaries, as `cudaMalloc`
 //! hands out addresses from a device's own address space. The allocator breaks ties between cached
 //! blocks of equal size by address, so the same calls on a fresh device take the same decisions

@@ -26,13 +26,16 @@ fn transformer_step() -> Result<AllocTrace> {
     AllocTrace::from_json(&text).with_context(|| path.to_string())
 }
 
+/// A block as placed: offset from the device's first segment, size, state.
+type PlacedBlock = (u64, u64, String);
+
 /// What a replay decided, with addresses relative to the first segment the device reserved and
 /// without times: equal for two replays that took the same decisions.
 #[derive(Debug, PartialEq)]
 struct Decisions {
     stats: ReplayStats,
     /// Per segment: offset, size, and its blocks' offsets, sizes and states.
-    segments: Vec<(u64, u64, Vec<(u64, u64, String)>)>,
+    segments: Vec<(u64, u64, Vec<PlacedBlock>)>,
     /// Per trace entry: action, offset (or free bytes for an OOM; entries without an address wrap),
     /// size, allocated, reserved.
     trace: Vec<(TraceAction, u64, u64, u64, u64)>,
