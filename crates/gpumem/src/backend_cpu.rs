@@ -3,11 +3,12 @@
 //! Every operation is synchronous, so streams are just names and events are complete when recorded.
 //!
 //! Segment addresses are deterministic relative to the device: each device reserves one range of
-//! address space (on first use) and places every segment and every expandable
-//! segment's address space in it first fit in address order, on 2 MiB boundaries, as `cudaMalloc`
-//! hands out addresses from a device's own address space. The allocator breaks ties between cached
-//! blocks of equal size by address, so the same calls on a fresh device take the same decisions
-//! whatever the process did before (host `malloc` addresses depend on ASLR and earlier frees).
+//! address space on first use and places every segment, and every expandable segment's address
+//! space, in it first fit in address order on 2 MiB boundaries (CUDA's allocation granularity; the
+//! driver's own placement policy is not documented, so this one is only alike in spirit). The
+//! allocator breaks ties between cached blocks of equal size by address, so the same calls on a
+//! fresh device take the same decisions whatever the process did before; host `malloc` addresses
+//! depend on ASLR and on earlier frees.
 
 use crate::backend::{
     DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
