@@ -4,8 +4,9 @@
 //!
 //! Segment addresses are deterministic relative to the device: each device reserves one range of
 //! address space on first use and places every segment, and every expandable segment's address
-//! space, in it first fit in address order on 2 MiB boundaries (CUDA's allocation granularity; the
-//! driver's own placement policy is not documented, so this one is only alike in spirit). The
+//! space, in it first fit in address order on 2 MiB boundaries (every segment size the caching
+//! allocator asks for is a multiple of 2 MiB; the CUDA driver's placement policy is not documented,
+//! so this one is only alike in spirit: addresses from a range of the device's own). The
 //! allocator breaks ties between cached blocks of equal size by address, so the same calls on a
 //! fresh device take the same decisions whatever the process did before; host `malloc` addresses
 //! depend on ASLR and on earlier frees.
@@ -21,8 +22,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-/// Segments start on multiples of this and take whole multiples of it (CUDA's allocation
-/// granularity; every segment size the caching allocator asks for is a multiple of 2 MiB).
+/// Segments start on multiples of this and take whole multiples of it (every segment size the
+/// caching allocator asks for is a multiple of 2 MiB, torch's `kSmallBuffer`).
 pub const GRANULARITY: usize = 2 << 20;
 /// Address space per byte of capacity: room for segments (at most the capacity at once, but
 /// scattered) and for expandable segments (9/8 of the capacity each, one per stream and pool).
