@@ -111,36 +111,42 @@ struct AddressSpace {
 }
 
 impl AddressSpace {
-    /// Reserves `size` bytes of address space starting on a [`GRANULARITY`] boundary.
+    /// Reserves `size` bytes of address space starting on a [`GRANULARITY`] boundary; where the
+    /// system refuses that much (a small virtual address space), half as much, down to
+    /// [`MIN_SPACE`].
     fn new(size: usize) -> std::result::Result<AddressSpace, ReserveError> {
-        let mapping_len = size + GRANULARITY;
-        // SAFETY: a fresh anonymous mapping that no one else knows; PROT_NONE with NORESERVE
-        // takes address space only, no memory (and does not count against RLIMIT_DATA).
-        let mapping = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapping_len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if mapping == libc::MAP_FAILED {
-            return Err(ReserveError::Other(Error::HostAlloc {
-                size,
-                reason: format!(
-                    "mmap of the cpu device's address space failed: {}",
-                    std::io::Error::last_os_error()
-                ),
-            }));
+        let mut size = size;
+        loop {
+            let mapping_len = size + GRANULARITY;
+            // SAFETY: a fresh anonymous mapping that no one else knows; PROT_NONE with NORESERVE
+            // takes address space only, no memory (and does not count against RLIMIT_DATA).
+            let mapping = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    mapping_len,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if mapping != libc::MAP_FAILED {
+                let start = (mapping as usize).next_multiple_of(GRANULARITY);
+                return Ok(AddressSpace {
+                    mapping: mapping as usize,
+                    mapping_len,
+                    free: BTreeMap::from([(start as DevicePtr, size)]),
+                });
+            }
+            let error = std::io::Error::last_os_error();
+            if size / 2 < MIN_SPACE {
+                return Err(ReserveError::Other(Error::HostAlloc {
+                    size,
+                    reason: format!("mmap of the cpu device's address space failed: {error}"),
+                }));
+            }
+            size = (size / 2).next_multiple_of(GRANULARITY);
         }
-        let start = (mapping as usize).next_multiple_of(GRANULARITY);
-        Ok(AddressSpace {
-            mapping: mapping as usize,
-            mapping_len,
-            free: BTreeMap::from([(start as DevicePtr, size)]),
-        })
     }
 
     /// The lowest free range of `size` bytes (rounded up to [`GRANULARITY`]), now in use.
