@@ -90,13 +90,44 @@ impl CpuBackend {
 }
 
 /// The address space a cpu device reserves for a capacity: [`SPACE_PER_CAPACITY_BYTE`] times it,
-/// between [`MIN_SPACE`] and [`MAX_SPACE`], in whole [`GRANULARITY`] units.
+/// between [`MIN_SPACE`] and [`MAX_SPACE`], in whole [`GRANULARITY`] units. Under a limit on the
+/// process's address space (`RLIMIT_AS`, as `workbook grade` sets), at most three quarters of what
+/// the limit leaves, so that the rest of the process keeps room.
 fn space_size(capacity: usize) -> usize {
-    capacity
+    let wanted = capacity
         .saturating_mul(SPACE_PER_CAPACITY_BYTE)
-        .clamp(MIN_SPACE, MAX_SPACE)
-        .div_ceil(GRANULARITY)
-        * GRANULARITY
+        .clamp(MIN_SPACE, MAX_SPACE);
+    let size = match address_space_left() {
+        Some(left) => wanted.min(left / 4 * 3),
+        None => wanted,
+    };
+    (size / GRANULARITY).max(1) * GRANULARITY
+}
+
+/// Bytes of address space this process may still map under `RLIMIT_AS` (the whole limit where
+/// `/proc` is absent, as in `workbook grade`'s sandbox); `None` without a limit.
+fn address_space_left() -> Option<usize> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let limit = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+    // The first field of /proc/self/statm is the process's mapped size in pages.
+    let mapped = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().next()?.parse::<usize>().ok())
+        .map_or(0, |pages| {
+            // SAFETY: sysconf only reads system configuration.
+            let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            pages.saturating_mul(usize::try_from(page_size).unwrap_or(4096))
+        });
+    Some(limit.saturating_sub(mapped))
 }
 
 /// One range of address space (`mmap` of `PROT_NONE` with `MAP_NORESERVE`: no memory behind it)
@@ -112,8 +143,8 @@ struct AddressSpace {
 
 impl AddressSpace {
     /// Reserves `size` bytes of address space starting on a [`GRANULARITY`] boundary; where the
-    /// system refuses that much (a small virtual address space), half as much, down to
-    /// [`MIN_SPACE`].
+    /// system refuses that much (a small virtual address space, a limit), a quarter less each
+    /// time, down to [`GRANULARITY`].
     fn new(size: usize) -> std::result::Result<AddressSpace, ReserveError> {
         let mut size = size;
         loop {
@@ -139,13 +170,13 @@ impl AddressSpace {
                 });
             }
             let error = std::io::Error::last_os_error();
-            if size / 2 < MIN_SPACE {
+            if size <= GRANULARITY {
                 return Err(ReserveError::Other(Error::HostAlloc {
                     size,
                     reason: format!("mmap of the cpu device's address space failed: {error}"),
                 }));
             }
-            size = (size / 2).next_multiple_of(GRANULARITY);
+            size = ((size - size / 4) / GRANULARITY).max(1) * GRANULARITY;
         }
     }
 
