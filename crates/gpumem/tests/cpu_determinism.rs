@@ -36,8 +36,8 @@ struct Decisions {
     stats: ReplayStats,
     /// Per segment: offset, size, and its blocks' offsets, sizes and states.
     segments: Vec<(u64, u64, Vec<PlacedBlock>)>,
-    /// Per trace entry: action, offset (or free bytes for an OOM; entries without an address wrap),
-    /// size, allocated, reserved.
+    /// Per trace entry: action, offset (or what an entry without an address holds), size,
+    /// allocated, reserved.
     trace: Vec<(TraceAction, u64, u64, u64, u64)>,
 }
 
@@ -75,10 +75,10 @@ fn decisions(stats: ReplayStats, snapshot: &Snapshot) -> Result<Decisions> {
         .trace
         .iter()
         .map(|e| {
-            let at = if e.action == TraceAction::Oom {
-                e.addr
-            } else {
-                e.addr.wrapping_sub(base)
+            let at = match e.action {
+                // No address: an OOM's free bytes, a snapshot's 0.
+                TraceAction::Oom | TraceAction::Snapshot => e.addr,
+                _ => e.addr.wrapping_sub(base),
             };
             (e.action, at, e.size, e.allocated, e.reserved)
         })
@@ -129,11 +129,28 @@ fn the_same_trace_on_fresh_cpu_devices_takes_the_same_decisions() -> Result<()> 
         let host = disturb_the_host();
         let second = replay_on_a_fresh_device(&trace, conf)?;
         drop(host);
+        let first_difference = first
+            .segments
+            .iter()
+            .zip(&second.segments)
+            .map(|(a, b)| format!("{a:?} / {b:?}"))
+            .chain(
+                first
+                    .trace
+                    .iter()
+                    .zip(&second.trace)
+                    .map(|(a, b)| format!("{a:?} / {b:?}")),
+            )
+            .find(|pair| {
+                let (a, b) = pair.split_once(" / ").expect("a pair");
+                a != b
+            });
         ensure!(
             first == second,
-            "two replays under {conf:?} decided differently: {:?} and {:?}",
+            "two replays under {conf:?} decided differently: {:?} and {:?}; first difference: {}",
             first.stats,
-            second.stats
+            second.stats,
+            first_difference.unwrap_or_else(|| "in the number of entries".into())
         );
     }
     Ok(())
