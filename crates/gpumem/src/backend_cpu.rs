@@ -1,6 +1,15 @@
 //! The raw layer over host memory: the `cpu` device, a stand-in GPU with a fixed capacity.
 //!
 //! Every operation is synchronous, so streams are just names and events are complete when recorded.
+//!
+//! Segment addresses are deterministic relative to the device: each device reserves one range of
+//! address space on first use and places every segment, and every expandable segment's address
+//! space, in it first fit in address order on 2 MiB boundaries (every segment size the caching
+//! allocator asks for is a multiple of 2 MiB; the CUDA driver's placement policy is not documented,
+//! so this one is only alike in spirit: addresses from a range of the device's own). The
+//! allocator breaks ties between cached blocks of equal size by address, so the same calls on a
+//! fresh device take the same decisions whatever the process did before; host `malloc` addresses
+//! depend on ASLR and on earlier frees.
 
 use crate::backend::{
     DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
@@ -8,18 +17,30 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use std::alloc::Layout;
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-/// Alignment of reserved segments (CUDA's is 256 B; every block size is a multiple of 512 B).
-const SEGMENT_ALIGN: usize = 512;
+/// Segments start on multiples of this and take whole multiples of it (every segment size the
+/// caching allocator asks for is a multiple of 2 MiB, torch's `kSmallBuffer`).
+pub const GRANULARITY: usize = 2 << 20;
+/// Address space per byte of capacity: room for segments (at most the capacity at once, but
+/// scattered) and for expandable segments (9/8 of the capacity each, one per stream and pool).
+const SPACE_PER_CAPACITY_BYTE: usize = 8;
+/// The least address space a device reserves (a small device still fits a 20 MiB expandable page
+/// per pool and stream).
+const MIN_SPACE: usize = 512 << 20;
+/// The most address space a device reserves (a device with no capacity limit).
+const MAX_SPACE: usize = 8 << 40;
 
 /// The cpu device's raw memory.
 pub struct CpuBackend {
     capacity: usize,
     reserved: AtomicUsize,
     next_stream: AtomicU64,
+    /// Where segments go: reserved on the first `reserve` or `reserve_address_space`.
+    space: Mutex<Option<AddressSpace>>,
 }
 
 impl CpuBackend {
@@ -29,7 +50,171 @@ impl CpuBackend {
             capacity,
             reserved: AtomicUsize::new(0),
             next_stream: AtomicU64::new(1),
+            space: Mutex::new(None),
         }
+    }
+
+    /// The device's address space, reserved now if this is its first use.
+    fn space(&self) -> std::result::Result<MutexGuard<'_, Option<AddressSpace>>, ReserveError> {
+        // Placement only edits the free list after it has decided; a panic elsewhere cannot leave
+        // it half-edited, so keep going with it as it is.
+        let mut space = self
+            .space
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if space.is_none() {
+            *space = Some(AddressSpace::new(space_size(self.capacity))?);
+        }
+        Ok(space)
+    }
+
+    /// Takes `size` bytes (rounded up to [`GRANULARITY`]) of the device's address space, first fit
+    /// in address order; nothing is accessible yet. `OutOfMemory`: no free range is large enough.
+    fn place(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
+        let mut space = self.space()?;
+        let space = space.as_mut().expect("the address space was just reserved");
+        space.take(size).ok_or(ReserveError::OutOfMemory)
+    }
+
+    /// Gives `ptr..ptr+size` back to the device's address space.
+    fn unplace(&self, ptr: DevicePtr, size: usize) {
+        let mut space = self
+            .space
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        space
+            .as_mut()
+            .expect("a placed range has an address space")
+            .give_back(ptr, size);
+    }
+}
+
+/// The address space a cpu device reserves for a capacity: [`SPACE_PER_CAPACITY_BYTE`] times it,
+/// between [`MIN_SPACE`] and [`MAX_SPACE`], in whole [`GRANULARITY`] units. Under a limit on the
+/// process's address space (`RLIMIT_AS`, as `workbook grade` sets), at most three quarters of what
+/// the limit leaves, so that the rest of the process keeps room.
+fn space_size(capacity: usize) -> usize {
+    let wanted = capacity
+        .saturating_mul(SPACE_PER_CAPACITY_BYTE)
+        .clamp(MIN_SPACE, MAX_SPACE);
+    let size = match address_space_left() {
+        Some(left) => wanted.min(left / 4 * 3),
+        None => wanted,
+    };
+    (size / GRANULARITY).max(1) * GRANULARITY
+}
+
+/// Bytes of address space this process may still map under `RLIMIT_AS` (the whole limit where
+/// `/proc` is absent, as in `workbook grade`'s sandbox); `None` without a limit.
+fn address_space_left() -> Option<usize> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let limit = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+    // The first field of /proc/self/statm is the process's mapped size in pages.
+    let mapped = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().next()?.parse::<usize>().ok())
+        .map_or(0, |pages| {
+            // SAFETY: sysconf only reads system configuration.
+            let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            pages.saturating_mul(usize::try_from(page_size).unwrap_or(4096))
+        });
+    Some(limit.saturating_sub(mapped))
+}
+
+/// One range of address space (`mmap` of `PROT_NONE` with `MAP_NORESERVE`: no memory behind it)
+/// and which parts of it are free. Parts in use are made accessible by the caller.
+struct AddressSpace {
+    /// The whole mapping, as `mmap` returned it (its start may not be aligned).
+    mapping: usize,
+    /// Length of the mapping.
+    mapping_len: usize,
+    /// Free ranges: start address to length, in address order; adjacent ranges are merged.
+    free: BTreeMap<DevicePtr, usize>,
+}
+
+impl AddressSpace {
+    /// Reserves `size` bytes of address space starting on a [`GRANULARITY`] boundary; where the
+    /// system refuses that much (a small virtual address space, a limit), a quarter less each
+    /// time, down to [`GRANULARITY`].
+    fn new(size: usize) -> std::result::Result<AddressSpace, ReserveError> {
+        let mut size = size;
+        loop {
+            let mapping_len = size + GRANULARITY;
+            // SAFETY: a fresh anonymous mapping that no one else knows; PROT_NONE with NORESERVE
+            // takes address space only, no memory (and does not count against RLIMIT_DATA).
+            let mapping = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    mapping_len,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if mapping != libc::MAP_FAILED {
+                let start = (mapping as usize).next_multiple_of(GRANULARITY);
+                return Ok(AddressSpace {
+                    mapping: mapping as usize,
+                    mapping_len,
+                    free: BTreeMap::from([(start as DevicePtr, size)]),
+                });
+            }
+            let error = std::io::Error::last_os_error();
+            if size <= GRANULARITY {
+                return Err(ReserveError::Other(Error::HostAlloc {
+                    size,
+                    reason: format!("mmap of the cpu device's address space failed: {error}"),
+                }));
+            }
+            size = ((size - size / 4) / GRANULARITY).max(1) * GRANULARITY;
+        }
+    }
+
+    /// The lowest free range of `size` bytes (rounded up to [`GRANULARITY`]), now in use.
+    fn take(&mut self, size: usize) -> Option<DevicePtr> {
+        let size = size.checked_next_multiple_of(GRANULARITY)?;
+        let (&start, &len) = self.free.iter().find(|&(_, &len)| len >= size)?;
+        self.free.remove(&start);
+        if len > size {
+            self.free.insert(start + size as DevicePtr, len - size);
+        }
+        Some(start)
+    }
+
+    /// Frees a range from `take(size)`, merged with the free ranges beside it.
+    fn give_back(&mut self, ptr: DevicePtr, size: usize) {
+        let mut start = ptr;
+        let mut len = size.next_multiple_of(GRANULARITY);
+        if let Some((&before, &before_len)) = self.free.range(..ptr).next_back()
+            && before + before_len as DevicePtr == ptr
+        {
+            self.free.remove(&before);
+            start = before;
+            len += before_len;
+        }
+        let end = ptr + size.next_multiple_of(GRANULARITY) as DevicePtr;
+        if let Some(after_len) = self.free.remove(&end) {
+            len += after_len;
+        }
+        self.free.insert(start, len);
+    }
+}
+
+impl Drop for AddressSpace {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours; its backend is being dropped, and with it the allocator
+        // that was the only one handing out its addresses.
+        unsafe { libc::munmap(self.mapping as *mut libc::c_void, self.mapping_len) };
     }
 }
 
@@ -82,32 +267,52 @@ fn cpu_model_name() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
-fn layout(size: usize) -> Layout {
-    Layout::from_size_align(size, SEGMENT_ALIGN).expect("segment sizes fit a Layout")
+/// Claims `size` bytes of the capacity; false when that would pass it.
+fn claim(reserved: &AtomicUsize, capacity: usize, size: usize) -> bool {
+    reserved
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+            r.checked_add(size).filter(|&total| total <= capacity)
+        })
+        .is_ok()
 }
 
 impl RawMemory for CpuBackend {
     fn reserve(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
-        let claimed = self
-            .reserved
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
-                r.checked_add(size).filter(|&total| total <= self.capacity)
-            });
-        if claimed.is_err() || Layout::from_size_align(size, SEGMENT_ALIGN).is_err() {
+        if !claim(&self.reserved, self.capacity, size) {
             return Err(ReserveError::OutOfMemory);
         }
-        // SAFETY: size is non-zero (the allocator never reserves 0 bytes).
-        let ptr = unsafe { std::alloc::alloc(layout(size)) };
-        if ptr.is_null() {
+        let ptr = match self.place(size) {
+            Ok(ptr) => ptr,
+            Err(e) => {
+                self.reserved.fetch_sub(size, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        // SAFETY: the range was just placed in our PROT_NONE mapping and no one else uses it;
+        // making it readable and writable commits its pages, zeros, on first touch.
+        let rc = unsafe {
+            libc::mprotect(
+                ptr as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rc != 0 {
+            self.unplace(ptr, size);
             self.reserved.fetch_sub(size, Ordering::SeqCst);
             return Err(ReserveError::OutOfMemory);
         }
-        Ok(ptr as DevicePtr)
+        Ok(ptr)
     }
 
     unsafe fn release(&self, ptr: DevicePtr, size: usize) {
-        // SAFETY: the caller guarantees ptr came from reserve(size).
-        unsafe { std::alloc::dealloc(ptr as *mut u8, layout(size)) };
+        // SAFETY: the caller guarantees ptr came from reserve(size) and is unused: its pages are
+        // dropped (the next reserve of the range reads zeros) and it becomes inaccessible again.
+        unsafe {
+            libc::madvise(ptr as *mut libc::c_void, size, libc::MADV_DONTNEED);
+            libc::mprotect(ptr as *mut libc::c_void, size, libc::PROT_NONE);
+        }
+        self.unplace(ptr, size);
         self.reserved.fetch_sub(size, Ordering::SeqCst);
     }
 
@@ -117,42 +322,19 @@ impl RawMemory for CpuBackend {
     }
 
     fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
-        // SAFETY: a fresh anonymous mapping that no one else knows; PROT_NONE with NORESERVE
-        // takes address space only, no memory (and does not count against RLIMIT_DATA).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(ReserveError::Other(Error::HostAlloc {
-                size,
-                reason: format!(
-                    "mmap of address space for an expandable segment failed: {}",
-                    std::io::Error::last_os_error()
-                ),
-            }));
-        }
-        Ok(ptr as DevicePtr)
+        // Inside the device's own range, so that expandable segments too get the same addresses
+        // on every run. No pages are accessible until `map`.
+        self.place(size)
     }
 
     unsafe fn release_address_space(&self, ptr: DevicePtr, size: usize) {
-        // SAFETY: the caller guarantees the range came from reserve_address_space(size).
-        unsafe { libc::munmap(ptr as *mut libc::c_void, size) };
+        // The caller guarantees the range came from reserve_address_space(size) and that no page
+        // of it is mapped: it is inaccessible already.
+        self.unplace(ptr, size);
     }
 
     unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError> {
-        let claimed = self
-            .reserved
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
-                r.checked_add(size).filter(|&total| total <= self.capacity)
-            });
-        if claimed.is_err() {
+        if !claim(&self.reserved, self.capacity, size) {
             return Err(ReserveError::OutOfMemory);
         }
         // SAFETY: the range lies in our PROT_NONE mapping (the caller's guarantee); making it
