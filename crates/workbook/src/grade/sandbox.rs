@@ -324,14 +324,30 @@ struct GateState {
     opened: std::sync::atomic::AtomicBool,
 }
 
+/// Creates `path`, empty, and opens it for reading only. No descriptor that may write the file
+/// ever exists in the grader: a child that another thread forks at that moment would hold a copy
+/// of one until it execs, and the read lease would fail (EAGAIN), as it once did in CI.
+fn create_for_reading(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let flags = libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    // SAFETY: a valid C string; the descriptor returned is ours alone.
+    let fd = unsafe { libc::open(name.as_ptr(), flags, 0o666 as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is open and owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 impl LogGate {
     fn new(dir: &Path) -> Result<LogGate> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("harness.log");
-        std::fs::write(&path, b"").with_context(|| format!("creating {}", path.display()))?;
         let read =
-            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+            create_for_reading(&path).with_context(|| format!("creating {}", path.display()))?;
         // A broken lease signals its holder, SIGIO by default, which would end the grader: ask
         // for SIGURG instead, which does nothing unless handled. SAFETY: fcntl on a descriptor we
         // own.
