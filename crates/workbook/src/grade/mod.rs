@@ -425,7 +425,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
     let mut templates = BTreeMap::new();
     for chapter in &chapters {
         let package = scratch::package_name(&chapter.dir)?;
-        templates.insert(chapter.name.clone(), template.without_incremental(&package));
+        templates.insert(chapter.name.clone(), template.for_grading(&package));
     }
     let grade_dir = repo.work_dir().join("grade");
     std::fs::create_dir_all(&grade_dir)
