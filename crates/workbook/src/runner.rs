@@ -7,6 +7,7 @@
 
 use crate::grade::sandbox::{self, Sandbox};
 use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -78,78 +79,187 @@ pub fn build_tests_within(
     target_dir: &Path,
     limit: Option<Duration>,
 ) -> Result<Result<Vec<TestBinary>, BuildFailure>> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(&cargo);
+    let mut cmd = cargo();
     cmd.args(["test", "--no-run", "--quiet", "--message-format=json"])
-        .args(["--package", package, "--test", "*"])
-        .current_dir(workspace)
+        .args(["--package", package, "--test", "*"]);
+    let Some(output) = run_cargo(cmd, workspace, target_dir, limit)? else {
+        return Ok(Err(timed_out(limit)));
+    };
+    let mut found = parse_build(&output.stdout, &|_| Some(package.to_string()));
+    let built = found.remove(package).unwrap_or_default();
+    if output.status.success() && built.errors.is_empty() {
+        return Ok(Ok(sorted(built.binaries)));
+    }
+    Ok(Err(BuildFailure {
+        errors: if built.errors.is_empty() {
+            vec![cargo_failure(&output)]
+        } else {
+            built.errors
+        },
+    }))
+}
+
+/// What one package of [`build_all_tests`] gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PackageBuild {
+    /// Its test executables, by target name.
+    Built(Vec<TestBinary>),
+    /// It does not compile (or cargo failed for it).
+    Failed(BuildFailure),
+    /// The build was stopped at its time limit before this package was known to be done.
+    Unfinished,
+}
+
+/// Builds the integration tests of several members of one workspace in one cargo run (`cargo
+/// build --keep-going --test '*'`, so that one member's compile error does not stop the others),
+/// stopped after `limit`. `members` pairs each member's directory name with its package name; the
+/// result has one entry per package.
+pub fn build_all_tests(
+    workspace: &Path,
+    members: &[(String, String)],
+    target_dir: &Path,
+    limit: Option<Duration>,
+) -> Result<BTreeMap<String, PackageBuild>> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--keep-going", "--quiet", "--message-format=json"]);
+    for (_, package) in members {
+        cmd.args(["--package", package]);
+    }
+    cmd.args(["--test", "*"]);
+    let output = run_cargo(cmd, workspace, target_dir, limit)?;
+    let stdout = output.as_ref().map_or(&[][..], |o| &o.stdout[..]);
+    // Cargo names the manifest of what it built or complained about: its directory is the member.
+    let package_of = |manifest: &Path| {
+        let dir = manifest.parent()?.file_name()?.to_str()?;
+        members
+            .iter()
+            .find(|(member, _)| member == dir)
+            .map(|(_, package)| package.clone())
+    };
+    let mut found = parse_build(stdout, &package_of);
+    let mut results = BTreeMap::new();
+    for (_, package) in members {
+        let built = found.remove(package).unwrap_or_default();
+        let result = match &output {
+            _ if !built.errors.is_empty() => PackageBuild::Failed(BuildFailure {
+                errors: built.errors,
+            }),
+            None => PackageBuild::Unfinished,
+            Some(output) if output.status.success() || !built.binaries.is_empty() => {
+                PackageBuild::Built(sorted(built.binaries))
+            }
+            Some(output) => PackageBuild::Failed(BuildFailure {
+                errors: vec![cargo_failure(output)],
+            }),
+        };
+        results.insert(package.clone(), result);
+    }
+    Ok(results)
+}
+
+/// A build failure saying that the build passed its time limit.
+pub fn timed_out(limit: Option<Duration>) -> BuildFailure {
+    BuildFailure {
+        errors: vec![format!(
+            "the build did not finish within {} s and was stopped (does the code make the \
+             compiler read a huge or endless file, or loop in a const?)",
+            limit.unwrap_or_default().as_secs()
+        )],
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs cargo in `workspace`, building into `target_dir`; `None` when `limit` passed first (cargo
+/// and the compilers it started are then killed). Failing to run cargo at all is an `Err`.
+fn run_cargo(
+    mut cmd: Command,
+    workspace: &Path,
+    target_dir: &Path,
+    limit: Option<Duration>,
+) -> Result<Option<std::process::Output>> {
+    cmd.current_dir(workspace)
         .env("CARGO_TARGET_DIR", target_dir)
         .stdin(Stdio::null());
-    let context = || {
-        format!(
-            "running {} test --no-run in {}",
-            Path::new(&cargo).display(),
-            workspace.display()
-        )
+    let program = Path::new(cmd.get_program()).display().to_string();
+    let context = || format!("running {program} in {}", workspace.display());
+    let Some(limit) = limit else {
+        return Ok(Some(cmd.output().with_context(context)?));
     };
-    let output = match limit {
-        None => cmd.output().with_context(context)?,
-        Some(limit) => {
-            cmd.stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0);
-            die_with_parent(&mut cmd);
-            let mut child = cmd.spawn().with_context(context)?;
-            let pid = child.id() as libc::pid_t;
-            let read_all = |stream: Option<Box<dyn Read + Send>>| {
-                std::thread::spawn(move || {
-                    let mut bytes = Vec::new();
-                    if let Some(mut stream) = stream {
-                        let _ = stream.read_to_end(&mut bytes);
-                    }
-                    bytes
-                })
-            };
-            let stdout = read_all(child.stdout.take().map(|s| Box::new(s) as _));
-            let stderr = read_all(child.stderr.take().map(|s| Box::new(s) as _));
-            let (tx, rx) = mpsc::channel();
-            let waiter = std::thread::spawn(move || {
-                let _ = tx.send(child.wait());
-            });
-            let status = match rx.recv_timeout(limit) {
-                Ok(status) => Some(status.context("waiting for cargo")?),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of cargo"),
-            };
-            // SAFETY: signals the process group cargo leads (cargo is not reaped yet when it
-            // timed out, so the id is still ours): the compilers it started go too.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            let _ = waiter.join();
-            let stdout = stdout.join().unwrap_or_default();
-            let stderr = stderr.join().unwrap_or_default();
-            let Some(status) = status else {
-                return Ok(Err(BuildFailure {
-                    errors: vec![format!(
-                        "the build did not finish within {} s and was stopped (does the code \
-                         make the compiler read a huge or endless file, or loop in a const?)",
-                        limit.as_secs()
-                    )],
-                }));
-            };
-            std::process::Output {
-                status,
-                stdout,
-                stderr,
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().with_context(context)?;
+    let pid = child.id() as libc::pid_t;
+    let read_all = |stream: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut stream) = stream {
+                let _ = stream.read_to_end(&mut bytes);
             }
-        }
+            bytes
+        })
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let mut binaries = Vec::new();
-    let mut errors = Vec::new();
+    let stdout = read_all(child.stdout.take().map(|s| Box::new(s) as _));
+    let stderr = read_all(child.stderr.take().map(|s| Box::new(s) as _));
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(limit) {
+        Ok(status) => Some(status.context("waiting for cargo")?),
+        Err(mpsc::RecvTimeoutError::Timeout) => None,
+        Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of cargo"),
+    };
+    // SAFETY: signals the process group cargo leads (cargo is not reaped yet when it timed out,
+    // so the id is still ours): the compilers it started go too.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let _ = waiter.join();
+    // A signal is delivered, not obeyed at once: wait (a little) until no process of the group
+    // is left, so that a stopped build has really let go of what its compilers held open.
+    let gone = Instant::now() + Duration::from_secs(2);
+    // SAFETY: kill with signal 0 only asks whether the group still exists.
+    while unsafe { libc::kill(-pid, 0) } == 0 && Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    Ok(status.map(|status| std::process::Output {
+        status,
+        stdout,
+        stderr,
+    }))
+}
+
+/// What cargo's JSON messages say of one package: its test executables and first errors.
+#[derive(Debug, Default)]
+struct Found {
+    binaries: Vec<TestBinary>,
+    errors: Vec<String>,
+}
+
+/// Reads cargo's JSON messages, giving each to the package `package_of` names from the message's
+/// manifest path (messages of other packages are skipped).
+fn parse_build(
+    stdout: &[u8],
+    package_of: &dyn Fn(&Path) -> Option<String>,
+) -> BTreeMap<String, Found> {
+    let stdout = String::from_utf8_lossy(stdout);
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
     for line in stdout.lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
+        let Some(package) = msg["manifest_path"]
+            .as_str()
+            .and_then(|m| package_of(Path::new(m)))
+        else {
+            continue;
+        };
+        let entry = found.entry(package).or_default();
         match msg["reason"].as_str() {
             Some("compiler-artifact") => {
                 let is_test = msg["profile"]["test"].as_bool() == Some(true);
@@ -162,7 +272,7 @@ pub fn build_tests_within(
                     msg["executable"].as_str(),
                     msg["target"]["name"].as_str(),
                 ) {
-                    binaries.push(TestBinary {
+                    entry.binaries.push(TestBinary {
                         target: name.to_string(),
                         path: PathBuf::from(exe),
                     });
@@ -173,29 +283,33 @@ pub fn build_tests_within(
                 let text = message["message"].as_str().unwrap_or("");
                 let summary =
                     text.starts_with("aborting due to") || text.starts_with("could not compile");
-                if message["level"] == "error" && !summary && errors.len() < MAX_BUILD_ERRORS {
+                if message["level"] == "error" && !summary && entry.errors.len() < MAX_BUILD_ERRORS
+                {
                     let rendered = message["rendered"].as_str().unwrap_or(text);
-                    errors.push(rendered.trim_end().to_string());
+                    entry.errors.push(rendered.trim_end().to_string());
                 }
             }
             _ => {}
         }
     }
-    if output.status.success() && errors.is_empty() {
-        binaries.sort_by(|a, b| a.target.cmp(&b.target));
-        return Ok(Ok(binaries));
+    found
+}
+
+fn sorted(mut binaries: Vec<TestBinary>) -> Vec<TestBinary> {
+    binaries.sort_by(|a, b| a.target.cmp(&b.target));
+    binaries
+}
+
+/// Cargo's own error output (its last 20 lines), for a build that failed without a compiler error.
+fn cargo_failure(output: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = &lines[lines.len().saturating_sub(20)..];
+    if tail.is_empty() {
+        format!("cargo failed ({}) without saying why", output.status)
+    } else {
+        tail.join("\n")
     }
-    if errors.is_empty() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-        let tail = &lines[lines.len().saturating_sub(20)..];
-        errors.push(if tail.is_empty() {
-            format!("cargo failed ({}) without saying why", output.status)
-        } else {
-            tail.join("\n")
-        });
-    }
-    Ok(Err(BuildFailure { errors }))
 }
 
 /// One test to run: an executable and the exact name of a test in it.

@@ -78,7 +78,7 @@ impl WorkspaceTemplate {
     /// chapter; panic messages keep their file and line, which come from `Location`, not debug
     /// info). Other crates (gpumem) keep the settings `verify` builds them with, so their
     /// artifacts stay shared.
-    pub fn for_grading(&self, package: &str) -> WorkspaceTemplate {
+    pub fn for_grading(&self, packages: &[String]) -> WorkspaceTemplate {
         fn table<'a>(parent: &'a mut toml::Table, key: &str) -> Option<&'a mut toml::Table> {
             parent
                 .entry(key)
@@ -87,25 +87,28 @@ impl WorkspaceTemplate {
         }
         let mut template = self.clone();
         for profile in ["dev", "test"] {
-            let packages = table(&mut template.base, "profile")
+            let profile_packages = table(&mut template.base, "profile")
                 .and_then(|t| table(t, profile))
                 .and_then(|t| table(t, "package"));
-            if let Some(packages) = packages {
-                let mut settings = toml::Table::new();
-                settings.insert("incremental".into(), false.into());
-                settings.insert("codegen-units".into(), 1.into());
-                settings.insert("debug".into(), false.into());
-                packages.insert(package.into(), settings.into());
+            if let Some(profile_packages) = profile_packages {
+                for package in packages {
+                    let mut settings = toml::Table::new();
+                    settings.insert("incremental".into(), false.into());
+                    settings.insert("codegen-units".into(), 1.into());
+                    settings.insert("debug".into(), false.into());
+                    profile_packages.insert(package.clone(), settings.into());
+                }
             }
         }
         template
     }
 
-    /// The root manifest of a scratch workspace whose only member is the directory `member`.
-    pub fn manifest(&self, member: &str) -> Result<String> {
+    /// The root manifest of a scratch workspace whose members are the directories `members`.
+    pub fn manifest(&self, members: &[&str]) -> Result<String> {
         let mut table = self.base.clone();
         if let Some(ws) = table.get_mut("workspace").and_then(|w| w.as_table_mut()) {
-            ws.insert("members".into(), vec![toml::Value::from(member)].into());
+            let members: Vec<toml::Value> = members.iter().map(|&m| m.into()).collect();
+            ws.insert("members".into(), members.into());
         }
         let body = toml::to_string(&table).context("writing a scratch Cargo.toml")?;
         Ok(format!("{HEADER}{body}"))
@@ -124,6 +127,29 @@ pub struct ScratchCrate {
     _lock: DirLock,
 }
 
+/// One crate of a scratch workspace: a copy of the crate at `crate_src`, in the workspace's
+/// directory `member`, with its `src/` replaced by the contents of `src_overlay`.
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    /// The crate's directory name inside the workspace.
+    pub member: &'a str,
+    /// The crate copied (its `src/` excepted).
+    pub crate_src: &'a Path,
+    /// The `src/` laid over it (the crate's own `src/` for the stub).
+    pub src_overlay: &'a Path,
+}
+
+/// A scratch workspace of several crates, ready to build in one cargo run, locked for this
+/// process until dropped.
+#[derive(Debug)]
+pub struct ScratchWorkspace {
+    /// The workspace root (holds `Cargo.toml`, `Cargo.lock` and the crates).
+    pub workspace: PathBuf,
+    /// Each member's directory and package name, in the order given.
+    pub crates: Vec<(PathBuf, String)>,
+    _lock: DirLock,
+}
+
 /// Lays out `workspace_dir` as a workspace holding, in its directory `member`, a copy of the crate
 /// at `crate_src` whose `src/` is replaced by the contents of `src_overlay` (the crate's own `src/`
 /// for the stub).
@@ -139,15 +165,46 @@ pub fn prepare(
     crate_src: &Path,
     src_overlay: &Path,
 ) -> Result<ScratchCrate> {
-    if member.is_empty() || member.contains(['/', '\\']) || member.starts_with('.') {
-        bail!("{member:?} cannot name a scratch crate's directory");
-    }
-    let package = package_name(crate_src)?;
-    if !src_overlay.is_dir() {
-        bail!(
-            "{} does not exist: there is no src/ to lay over {package}",
-            src_overlay.display()
-        );
+    let member = Member {
+        member,
+        crate_src,
+        src_overlay,
+    };
+    let mut scratch = prepare_workspace(template, workspace_dir, &[member])?;
+    let (crate_dir, package) = scratch.crates.remove(0);
+    Ok(ScratchCrate {
+        workspace: scratch.workspace,
+        crate_dir,
+        package,
+        _lock: scratch._lock,
+    })
+}
+
+/// [`prepare`] for several crates in one workspace (grading builds all of a student's chapters
+/// in one cargo run). Member names must be unique, and differ from those of other workspaces
+/// that share the target directory.
+pub fn prepare_workspace(
+    template: &WorkspaceTemplate,
+    workspace_dir: &Path,
+    members: &[Member<'_>],
+) -> Result<ScratchWorkspace> {
+    let mut packages = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        let name = m.member;
+        if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+            bail!("{name:?} cannot name a scratch crate's directory");
+        }
+        if members[..i].iter().any(|other| other.member == name) {
+            bail!("two crates of one scratch workspace cannot both be in {name:?}");
+        }
+        let package = package_name(m.crate_src)?;
+        if !m.src_overlay.is_dir() {
+            bail!(
+                "{} does not exist: there is no src/ to lay over {package}",
+                m.src_overlay.display()
+            );
+        }
+        packages.push(package);
     }
     let parent = workspace_dir
         .parent()
@@ -165,44 +222,44 @@ pub fn prepare(
             workspace_dir.display()
         );
     }
-    let crate_dir = workspace_dir.join(member);
     let skip = |rel: &Path| {
         rel == Path::new("src")
             || rel == Path::new("target")
             || rel == Path::new("Cargo.lock")
             || rel == Path::new(".git")
     };
-    mirror(crate_src, &crate_dir, Path::new(""), &skip)
-        .with_context(|| format!("copying {} to {}", crate_src.display(), crate_dir.display()))?;
-    mirror(src_overlay, &crate_dir.join("src"), Path::new(""), &|_| {
-        false
-    })
-    .with_context(|| {
-        format!(
-            "copying {} to {}",
-            src_overlay.display(),
-            crate_dir.join("src").display()
-        )
-    })?;
+    let mut crates = Vec::new();
+    for (m, package) in members.iter().zip(packages) {
+        let crate_dir = workspace_dir.join(m.member);
+        mirror(m.crate_src, &crate_dir, Path::new(""), &skip).with_context(|| {
+            format!(
+                "copying {} to {}",
+                m.crate_src.display(),
+                crate_dir.display()
+            )
+        })?;
+        let src = crate_dir.join("src");
+        mirror(m.src_overlay, &src, Path::new(""), &|_| false)
+            .with_context(|| format!("copying {} to {}", m.src_overlay.display(), src.display()))?;
+        crates.push((crate_dir, package));
+    }
     // The workspace root holds only what we write: anything else is removed.
-    write_if_changed(
-        &workspace_dir.join("Cargo.toml"),
-        template.manifest(member)?.as_bytes(),
-    )?;
+    let names: Vec<&str> = members.iter().map(|m| m.member).collect();
+    write_if_changed(&manifest_path, template.manifest(&names)?.as_bytes())?;
     if let Some(lock_bytes) = &template.lock {
         write_if_changed(&workspace_dir.join("Cargo.lock"), lock_bytes)?;
     }
     for entry in std::fs::read_dir(workspace_dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        if name != "Cargo.toml" && name != "Cargo.lock" && name.to_str() != Some(member) {
+        let is_member = name.to_str().is_some_and(|n| names.contains(&n));
+        if name != "Cargo.toml" && name != "Cargo.lock" && !is_member {
             remove(&entry.path())?;
         }
     }
-    Ok(ScratchCrate {
+    Ok(ScratchWorkspace {
         workspace: workspace_dir.to_path_buf(),
-        crate_dir,
-        package,
+        crates,
         _lock: lock,
     })
 }

@@ -63,3 +63,49 @@ fn a_build_that_never_ends_is_stopped_and_reported_as_failed() {
     assert_eq!(fd, -1, "a compiler still reads the FIFO");
     assert_eq!(error.raw_os_error(), Some(libc::ENXIO));
 }
+
+/// A const that never finishes evaluating (the lint that would stop it is allowed, as a student
+/// may): the compiler runs until it is stopped.
+const ENDLESS: &str = "#![allow(long_running_const_eval)]\n\
+    pub const N: u64 = { let mut i = 1u64; while i != 0 { i = i.wrapping_mul(3); } i };\n\
+    pub fn answer() -> u64 { N }\n";
+const FINE: &str = "pub fn answer() -> u64 { 42 }\n";
+
+#[test]
+fn a_chapter_that_never_finishes_building_costs_only_that_chapter() {
+    let repo = FakeRepo::new();
+    for name in ["endless", "fine"] {
+        let test = format!("#[test]\nfn t() {{\n    assert_eq!({name}::answer(), 42);\n}}\n");
+        let toml = common::chapter_toml(name, &[("one", &["t"])]);
+        repo.chapter(name, FINE, FINE, &[("t", &test)], Some(&toml));
+    }
+    repo.write("student/endless/src/lib.rs", ENDLESS);
+    repo.write("student/fine/src/lib.rs", FINE);
+    let repo_state = workbook::app_state::Repo::at(repo.root()).expect("the repository");
+    let options = workbook::grade::GradeOptions {
+        build_timeout: Duration::from_secs(5),
+        sandbox: false,
+        progress: false,
+        ..Default::default()
+    };
+    let report = workbook::grade::grade(&repo_state, &[repo.root().join("student")], &options)
+        .expect("grading runs");
+    let student = &report.students[0];
+    let by_name = |name: &str| {
+        student
+            .chapters
+            .iter()
+            .find(|c| c.chapter == name)
+            .unwrap_or_else(|| panic!("no result for {name}"))
+    };
+    assert_eq!(by_name("fine").score(), 1, "{:?}", by_name("fine"));
+    let endless = by_name("endless");
+    assert_eq!(endless.score(), 0);
+    let workbook::grade::ChapterState::DoesNotCompile(errors) = &endless.state else {
+        panic!("endless was not stopped: {endless:?}");
+    };
+    assert!(
+        errors[0].starts_with("the build did not finish within 5 s and was stopped"),
+        "{errors:?}"
+    );
+}

@@ -277,3 +277,63 @@ fn prepare_refuses_a_directory_it_did_not_make() {
     );
     assert_eq!(std::fs::read_to_string(precious).unwrap(), "keep me");
 }
+
+#[test]
+fn one_members_compile_error_leaves_the_others_built_in_the_same_cargo_run() {
+    let repo = FakeRepo::new();
+    let test =
+        |krate: &str| format!("#[test]\nfn t() {{\n    assert_eq!({krate}::answer(), 42);\n}}\n");
+    repo.chapter("good", LIB, LIB, &[("good_t", &test("good"))], None);
+    let broken = "pub fn answer() -> u32 { \"forty-two\" }\n";
+    repo.chapter(
+        "broken",
+        broken,
+        LIB,
+        &[("broken_t", &test("broken"))],
+        None,
+    );
+    let template = WorkspaceTemplate::from_repo_root(repo.root()).expect("the template");
+    let work = repo.root().join("target/workbook");
+    let exercise = |name: &str| repo.root().join("exercises").join(name);
+    let (good, bad) = (exercise("good"), exercise("broken"));
+    let (good_src, bad_src) = (good.join("src"), bad.join("src"));
+    let members = [
+        scratch::Member {
+            member: "good-g-student",
+            crate_src: &good,
+            src_overlay: &good_src,
+        },
+        scratch::Member {
+            member: "broken-g-student",
+            crate_src: &bad,
+            src_overlay: &bad_src,
+        },
+    ];
+    let ws = scratch::prepare_workspace(&template, &work.join("students/student"), &members)
+        .expect("the scratch workspace");
+    let pairs: Vec<(String, String)> = members
+        .iter()
+        .zip(&ws.crates)
+        .map(|(m, (_, package))| (m.member.to_string(), package.clone()))
+        .collect();
+    let built = runner::build_all_tests(&ws.workspace, &pairs, &work.join("target"), None)
+        .expect("cargo runs");
+    assert_eq!(built.len(), 2, "{built:?}");
+    let runner::PackageBuild::Built(binaries) = &built["good"] else {
+        panic!("good does not build: {built:?}");
+    };
+    assert_eq!(binaries.len(), 1);
+    assert_eq!(binaries[0].target, "good_t");
+    assert!(binaries[0].path.is_file());
+    let runner::PackageBuild::Failed(failure) = &built["broken"] else {
+        panic!("broken builds: {built:?}");
+    };
+    assert!(
+        failure.errors[0].contains("mismatched types"),
+        "{failure:?}"
+    );
+    assert!(
+        failure.errors[0].contains("broken-g-student/src/lib.rs"),
+        "{failure:?}"
+    );
+}

@@ -2,10 +2,12 @@
 //! machinery as `verify` and `check`.
 //!
 //! For each chapter, the official crate (`exercises/<chapter>`: its `Cargo.toml`, `tests/`, plus
-//! any hidden tests) is copied once per run into a pristine crate. Each submitted `src/` is laid
-//! over it in a scratch workspace of its own ([`scratch::prepare`], with a member name per student
-//! so that executables never collide in the shared build target), built with a time limit
-//! ([`runner::build_tests_within`]), and every graded test runs in a process of its own with a
+//! any hidden tests) is copied once per run into a pristine crate. Each student's submitted `src/`
+//! folders are laid over those in one scratch workspace per student ([`scratch::prepare_workspace`],
+//! with member names per student so that executables never collide in the shared build target),
+//! all built in one cargo run with a time limit ([`runner::build_all_tests`]; cargo builds one
+//! target folder at a time, so one run using both cores beats a run per chapter waiting for the
+//! lock), and every graded test runs in a process of its own with a
 //! time limit and capped output ([`runner::run_tests`]). A test passes only when its process exits
 //! with status 0 after the harness itself reported it passed (see [`runner::run_test`]). Points
 //! come from `chapter.toml` (hidden tests: their `points.toml`, else 1 each).
@@ -35,7 +37,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use submission::{Limits, Submission, SubmittedChapter};
 
@@ -397,8 +399,8 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// What every grading worker shares.
 struct Grader<'a> {
-    /// Per chapter: the scratch workspace template, incremental compilation off for its crate.
-    templates: BTreeMap<String, WorkspaceTemplate>,
+    /// The scratch workspace template, with the chapters' crates built as grading wants them.
+    template: WorkspaceTemplate,
     grade_dir: PathBuf,
     target_dir: PathBuf,
     options: &'a GradeOptions,
@@ -421,15 +423,18 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         Some(folder) => hidden::load(folder, &chapters, &repo.chapter_names()?)?,
         None => BTreeMap::new(),
     };
-    let template = WorkspaceTemplate::from_repo_root(&repo.root)?;
-    let mut templates = BTreeMap::new();
-    for chapter in &chapters {
-        let package = scratch::package_name(&chapter.dir)?;
-        templates.insert(chapter.name.clone(), template.for_grading(&package));
-    }
+    let packages = chapters
+        .iter()
+        .map(|chapter| scratch::package_name(&chapter.dir))
+        .collect::<Result<Vec<_>>>()?;
+    let template = WorkspaceTemplate::from_repo_root(&repo.root)?.for_grading(&packages);
     let grade_dir = repo.work_dir().join("grade");
     std::fs::create_dir_all(&grade_dir)
         .with_context(|| format!("creating {}", grade_dir.display()))?;
+    // Before version 0.4 every chapter had a workspace of its own here: those are only a cache.
+    for legacy in ["official", "submissions"] {
+        let _ = std::fs::remove_dir_all(grade_dir.join(legacy));
+    }
     // This run's own folder (pristine crates, submissions taken in): runs at once never share it.
     let run_dir = tempfile::Builder::new()
         .prefix("run-")
@@ -448,25 +453,19 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         None
     };
     let ctx = Grader {
-        templates,
+        template,
         grade_dir,
         target_dir: repo.work_dir().join("target"),
         options,
         sandbox,
     };
-    let mut specs = Vec::new();
-    for chapter in &chapters {
-        if options.progress {
-            eprintln!("grade: building the official tests of {}", chapter.name);
-        }
-        let pristine = run_dir.path().join("pristine").join(&chapter.name);
-        specs.push(official_tests(
-            &ctx,
-            chapter,
-            hidden.get(&chapter.name),
-            pristine,
-        )?);
+    if options.progress {
+        eprintln!(
+            "grade: building the official tests of {} chapter(s)",
+            chapters.len()
+        );
     }
+    let specs = official_tests(&ctx, &chapters, &hidden, &run_dir.path().join("pristine"))?;
 
     // Take every submission in: copied or unpacked into a private folder, links and limits checked.
     let mut taken = Vec::new();
@@ -501,6 +500,10 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         .map(|(sub, _)| AtomicUsize::new(sub.chapters.len()))
         .collect();
     let results: Mutex<BTreeMap<(usize, usize), ChapterResult>> = Mutex::new(BTreeMap::new());
+    // All of a student's chapters are built in one cargo run, by the first worker to need them
+    // (the others wait for it): cargo builds one target folder at a time, so builds of their own
+    // would only queue, each using one core.
+    let builds: Vec<OnceLock<StudentBuild>> = taken.iter().map(|_| OnceLock::new()).collect();
     let next = AtomicUsize::new(0);
     let announce = |s: usize| {
         let (sub, slug) = &taken[s];
@@ -535,7 +538,9 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
                     let spec = &specs[c];
                     bar.set_message(format!("{} {}", sub.student, spec.name()));
                     let submitted = &sub.chapters[spec.name()];
-                    let result = grade_chapter(&ctx, spec, submitted, slug, &|| bar.inc(1));
+                    let build = builds[s].get_or_init(|| build_student(&ctx, &specs, sub, slug));
+                    let compiled = build.chapters.get(spec.name());
+                    let result = grade_chapter(&ctx, spec, submitted, compiled, &|| bar.inc(1));
                     results
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -616,57 +621,94 @@ fn assemble(
     }
 }
 
-/// The pristine crate of a chapter (official files plus hidden tests), built once with the stub
-/// to learn which tests each executable holds: the graded tests do not depend on what a
-/// submission compiles to.
+/// The pristine crate of every chapter (official files plus hidden tests), built once with the
+/// stub (all chapters in one cargo run) to learn which tests each executable holds: the graded
+/// tests do not depend on what a submission compiles to.
 fn official_tests(
     ctx: &Grader<'_>,
+    chapters: &[Chapter],
+    hidden: &BTreeMap<String, HiddenChapter>,
+    pristine_dir: &Path,
+) -> Result<Vec<ChapterSpec>> {
+    let mut pristines = Vec::new();
+    for chapter in chapters {
+        let pristine = pristine_dir.join(&chapter.name);
+        let mut extra: BTreeMap<PathBuf, Vec<u8>> = hidden
+            .get(&chapter.name)
+            .map(|h| {
+                h.files
+                    .iter()
+                    .map(|(name, bytes)| (Path::new("tests").join(name), bytes.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // The learner's crate may not use `unsafe` (nor `global_asm!`, `no_mangle`, link
+        // sections): safe code cannot reach the harness's descriptors or memory, nor run before
+        // `main`.
+        let manifest_path = chapter.dir.join("Cargo.toml");
+        let manifest = std::fs::read_to_string(&manifest_path)
+            .with_context(|| format!("reading {}", manifest_path.display()))?;
+        extra.insert(
+            PathBuf::from("Cargo.toml"),
+            forbid_unsafe(&manifest)?.into_bytes(),
+        );
+        scratch::mirror_with(&chapter.dir, &pristine, &extra)?;
+        pristines.push(pristine);
+    }
+    let names: Vec<String> = chapters
+        .iter()
+        .map(|c| format!("{}-official", c.name))
+        .collect();
+    let sources: Vec<PathBuf> = chapters.iter().map(|c| c.dir.join("src")).collect();
+    let members: Vec<scratch::Member<'_>> = (0..chapters.len())
+        .map(|i| scratch::Member {
+            member: &names[i],
+            crate_src: &pristines[i],
+            src_overlay: &sources[i],
+        })
+        .collect();
+    let workspace = ctx.grade_dir.join("official-tests");
+    let scratch = scratch::prepare_workspace(&ctx.template, &workspace, &members)?;
+    let pairs: Vec<(String, String)> = names
+        .iter()
+        .zip(&scratch.crates)
+        .map(|(member, (_, package))| (member.clone(), package.clone()))
+        .collect();
+    let mut built = runner::build_all_tests(&scratch.workspace, &pairs, &ctx.target_dir, None)?;
+    let mut specs = Vec::new();
+    for ((chapter, pristine), (_, package)) in chapters.iter().zip(pristines).zip(&pairs) {
+        let hidden = hidden.get(&chapter.name);
+        let binaries = match built.remove(package) {
+            Some(runner::PackageBuild::Built(binaries)) => binaries,
+            Some(runner::PackageBuild::Failed(failure)) => bail!(
+                "the official tests of {}{} do not build with the chapter's stub:\n{}",
+                chapter.name,
+                if hidden.is_some() {
+                    " (with the hidden tests)"
+                } else {
+                    ""
+                },
+                failure.errors.join("\n")
+            ),
+            _ => bail!(
+                "cargo said nothing of the official tests of {}",
+                chapter.name
+            ),
+        };
+        specs.push(chapter_spec(chapter, hidden, pristine, &binaries)?);
+    }
+    Ok(specs)
+}
+
+/// A chapter's graded tests, from its `chapter.toml`, its hidden tests and the tests its pristine
+/// executables hold.
+fn chapter_spec(
     chapter: &Chapter,
     hidden: Option<&HiddenChapter>,
     pristine: PathBuf,
+    binaries: &[runner::TestBinary],
 ) -> Result<ChapterSpec> {
-    let extra: BTreeMap<PathBuf, Vec<u8>> = hidden
-        .map(|h| {
-            h.files
-                .iter()
-                .map(|(name, bytes)| (Path::new("tests").join(name), bytes.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    // The learner's crate may not use `unsafe` (nor `global_asm!`, `no_mangle`, link sections):
-    // safe code cannot reach the harness's descriptors or memory, nor run before `main`.
-    let manifest_path = chapter.dir.join("Cargo.toml");
-    let manifest = std::fs::read_to_string(&manifest_path)
-        .with_context(|| format!("reading {}", manifest_path.display()))?;
-    let mut extra = extra;
-    extra.insert(
-        PathBuf::from("Cargo.toml"),
-        forbid_unsafe(&manifest)?.into_bytes(),
-    );
-    scratch::mirror_with(&chapter.dir, &pristine, &extra)?;
-    let workspace = ctx.grade_dir.join("official").join(&chapter.name);
-    let member = format!("{}-official", chapter.name);
-    let crate_ = scratch::prepare(
-        &ctx.templates[&chapter.name],
-        &workspace,
-        &member,
-        &pristine,
-        &chapter.dir.join("src"),
-    )?;
-    let binaries = match runner::build_tests(&crate_.workspace, &crate_.package, &ctx.target_dir)? {
-        Ok(binaries) => binaries,
-        Err(failure) => bail!(
-            "the official tests of {}{} do not build with the chapter's stub:\n{}",
-            chapter.name,
-            if hidden.is_some() {
-                " (with the hidden tests)"
-            } else {
-                ""
-            },
-            failure.errors.join("\n")
-        ),
-    };
-    let cases = runner::list_tests(&binaries)?;
+    let cases = runner::list_tests(binaries)?;
     let is_hidden = |case: &TestCase| hidden.is_some_and(|h| h.is_hidden_target(&case.target));
     let mut tests = Vec::new();
     for (exercise, name, points) in chapter.info.tests() {
@@ -745,27 +787,152 @@ fn forbid_unsafe(manifest: &str) -> Result<String> {
     toml::to_string(&table).context("writing the pristine Cargo.toml")
 }
 
-/// Builds and tests one submitted chapter; never fails (an error of its own is reported as
-/// "not graded" with the reason).
+/// A student's chapters, built in one workspace (kept, and locked, while they are tested).
+struct StudentBuild {
+    _scratch: Option<scratch::ScratchWorkspace>,
+    /// What each submitted chapter's build gave, by chapter name.
+    chapters: BTreeMap<String, Compiled>,
+}
+
+/// What building one submitted chapter gave.
+enum Compiled {
+    /// Its test executables, in the crate folder the tests run in.
+    Built {
+        crate_dir: PathBuf,
+        binaries: Vec<runner::TestBinary>,
+    },
+    /// Not compiled: its code reads files while it compiles (what does it).
+    Refused(Vec<String>),
+    /// It does not compile (the errors name the chapter's own paths).
+    Failed(runner::BuildFailure),
+    /// The grader could not build it (why).
+    Error(String),
+}
+
+/// Builds all of a student's submitted chapters in one cargo run, with the build time limit;
+/// chapters left unfinished at the limit are built again one by one, each with the limit of its
+/// own, so that one chapter that makes the compiler hang costs only that chapter.
+fn build_student(
+    ctx: &Grader<'_>,
+    specs: &[ChapterSpec],
+    sub: &Submission,
+    slug: &str,
+) -> StudentBuild {
+    let mut chapters = BTreeMap::new();
+    let mut to_build = Vec::new();
+    for spec in specs {
+        let Some(submitted) = sub.chapters.get(spec.name()) else {
+            continue;
+        };
+        let reads = submission::compile_time_reads(&submitted.src);
+        if reads.is_empty() {
+            to_build.push((spec, submitted, format!("{}-g-{slug}", spec.name())));
+        } else {
+            chapters.insert(spec.name().to_string(), Compiled::Refused(reads));
+        }
+    }
+    if to_build.is_empty() {
+        return StudentBuild {
+            _scratch: None,
+            chapters,
+        };
+    }
+    let members: Vec<scratch::Member<'_>> = to_build
+        .iter()
+        .map(|(spec, submitted, member)| scratch::Member {
+            member,
+            crate_src: &spec.pristine,
+            src_overlay: &submitted.src,
+        })
+        .collect();
+    let workspace = ctx.grade_dir.join("students").join(slug);
+    let built =
+        scratch::prepare_workspace(&ctx.template, &workspace, &members).and_then(|scratch| {
+            let pairs: Vec<(String, String)> = to_build
+                .iter()
+                .zip(&scratch.crates)
+                .map(|((_, _, member), (_, package))| (member.clone(), package.clone()))
+                .collect();
+            let limit = Some(ctx.options.build_timeout);
+            let mut built =
+                runner::build_all_tests(&scratch.workspace, &pairs, &ctx.target_dir, limit)?;
+            for pair in &pairs {
+                if built.get(&pair.1) == Some(&runner::PackageBuild::Unfinished) {
+                    let again = runner::build_all_tests(
+                        &scratch.workspace,
+                        std::slice::from_ref(pair),
+                        &ctx.target_dir,
+                        limit,
+                    )?;
+                    built.extend(again);
+                }
+            }
+            Ok((scratch, built))
+        });
+    let (scratch, mut built) = match built {
+        Ok(done) => done,
+        Err(e) => {
+            for (spec, _, _) in &to_build {
+                let why = format!("{e:#}");
+                chapters.insert(spec.name().to_string(), Compiled::Error(why));
+            }
+            return StudentBuild {
+                _scratch: None,
+                chapters,
+            };
+        }
+    };
+    for ((spec, _, member), (crate_dir, package)) in to_build.iter().zip(&scratch.crates) {
+        let compiled = match built.remove(package) {
+            Some(runner::PackageBuild::Built(binaries)) => Compiled::Built {
+                crate_dir: crate_dir.clone(),
+                binaries,
+            },
+            Some(runner::PackageBuild::Failed(mut failure)) => {
+                // The learner knows their files as `<chapter>/src/...`, not by the scratch member.
+                for error in &mut failure.errors {
+                    *error = error.replace(&format!("{member}/"), &format!("{}/", spec.name()));
+                }
+                Compiled::Failed(failure)
+            }
+            Some(runner::PackageBuild::Unfinished) => {
+                Compiled::Failed(runner::timed_out(Some(ctx.options.build_timeout)))
+            }
+            None => Compiled::Error("cargo said nothing of this chapter's build".to_string()),
+        };
+        chapters.insert(spec.name().to_string(), compiled);
+    }
+    StudentBuild {
+        _scratch: Some(scratch),
+        chapters,
+    }
+}
+
+/// Tests one submitted chapter as built; never fails (an error of its own is reported as "not
+/// graded" with the reason).
 fn grade_chapter(
     ctx: &Grader<'_>,
     spec: &ChapterSpec,
     submitted: &SubmittedChapter,
-    slug: &str,
+    compiled: Option<&Compiled>,
     on_test: &(dyn Fn() + Sync),
 ) -> ChapterResult {
     let start = Instant::now();
-    let mut result = match test_chapter(ctx, spec, submitted, slug, on_test) {
-        Ok(result) => result,
-        Err(e) => {
-            let why = format!("could not be graded: {e:#}");
-            ChapterResult::without_tests(
-                spec,
-                ChapterState::NotGraded(why.clone()),
-                Status::NotGraded,
-                &why,
-            )
-        }
+    let not_graded = |why: String| {
+        ChapterResult::without_tests(
+            spec,
+            ChapterState::NotGraded(why.clone()),
+            Status::NotGraded,
+            &why,
+        )
+    };
+    let mut result = match compiled {
+        None => not_graded("could not be graded: it was not built".to_string()),
+        Some(Compiled::Error(e)) => not_graded(format!("could not be graded: {e}")),
+        Some(compiled) => match test_chapter(ctx, spec, compiled, on_test) {
+            Ok(result) => result,
+            Err(e) => not_graded(format!("could not be graded: {e:#}")),
+        },
     };
     // Ticks the tests that did not run (a compile error, an error) off the progress bar.
     let ran = result
@@ -785,54 +952,32 @@ fn grade_chapter(
 fn test_chapter(
     ctx: &Grader<'_>,
     spec: &ChapterSpec,
-    submitted: &SubmittedChapter,
-    slug: &str,
+    compiled: &Compiled,
     on_test: &(dyn Fn() + Sync),
 ) -> Result<ChapterResult> {
-    let reads = submission::compile_time_reads(&submitted.src);
-    if !reads.is_empty() {
-        let why = format!(
-            "the chapter was not compiled: {} (grading compiles no code that reads files while \
-             it compiles)",
-            reads[0]
-        );
-        let mut result = ChapterResult::without_tests(
-            spec,
-            ChapterState::DoesNotCompile(reads.clone()),
-            Status::NotCompiled,
-            &why,
-        );
-        for test in &mut result.tests {
-            test.output = reads.join("\n");
-        }
-        return Ok(result);
-    }
-    let workspace = ctx
-        .grade_dir
-        .join("submissions")
-        .join(slug)
-        .join(spec.name());
-    let member = format!("{}-g-{slug}", spec.name());
-    let crate_ = scratch::prepare(
-        &ctx.templates[spec.name()],
-        &workspace,
-        &member,
-        &spec.pristine,
-        &submitted.src,
-    )?;
-    let built = runner::build_tests_within(
-        &crate_.workspace,
-        &crate_.package,
-        &ctx.target_dir,
-        Some(ctx.options.build_timeout),
-    )?;
-    let binaries = match built {
-        Ok(binaries) => binaries,
-        Err(mut failure) => {
-            // The learner knows their files as `<chapter>/src/...`, not by the scratch member.
-            for error in &mut failure.errors {
-                *error = error.replace(&format!("{member}/"), &format!("{}/", spec.name()));
+    let (crate_dir, binaries) = match compiled {
+        Compiled::Built {
+            crate_dir,
+            binaries,
+        } => (crate_dir, binaries),
+        Compiled::Refused(reads) => {
+            let why = format!(
+                "the chapter was not compiled: {} (grading compiles no code that reads files \
+                 while it compiles)",
+                reads[0]
+            );
+            let mut result = ChapterResult::without_tests(
+                spec,
+                ChapterState::DoesNotCompile(reads.clone()),
+                Status::NotCompiled,
+                &why,
+            );
+            for test in &mut result.tests {
+                test.output = reads.join("\n");
             }
+            return Ok(result);
+        }
+        Compiled::Failed(failure) => {
             let why = format!("the chapter does not compile: {}", failure.headline());
             let mut result = ChapterResult::without_tests(
                 spec,
@@ -846,8 +991,14 @@ fn test_chapter(
             }
             return Ok(result);
         }
+        Compiled::Error(e) => bail!("{e}"),
     };
-    let outcome = run_official(ctx, spec, &crate_.crate_dir, &binaries, on_test).map(|mut r| {
+    let member = crate_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let outcome = run_official(ctx, spec, crate_dir, binaries, on_test).map(|mut r| {
         // Panic locations name the scratch member: show the chapter's own path instead.
         let (from, to) = (format!("{member}/"), format!("{}/", spec.name()));
         for test in &mut r.tests {
@@ -857,7 +1008,7 @@ fn test_chapter(
         r
     });
     if !ctx.options.keep_builds {
-        for binary in &binaries {
+        for binary in binaries {
             let _ = std::fs::remove_file(&binary.path);
         }
     }
