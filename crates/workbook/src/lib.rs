@@ -1,36 +1,26 @@
 //! The GPU Memory Workbook's CLI, as a library so that its tests and the grader use the
-//! same pieces: the repository ([`app_state`]), `chapter.toml` ([`chapter`]), scratch workspaces
-//! ([`scratch`]), the per-test-process runner ([`runner`]), and one module per command.
+//! same pieces. Its folders are its parts, each importing only those below it:
+//! - [`cli`]: the command line, gathered from clap's definitions;
+//! - [`commands`]: one module per learner's and maintainer's command;
+//! - [`grade`]: the instructor's grading, its reports and the Gradescope package;
+//! - [`book`]: building and serving the book, its pages and its allocator pictures;
+//! - [`run`]: running learner code: scratch workspaces, the per-test-process runner, the sandbox;
+//! - [`course`]: the course and the learner's state: the repository, `chapter.toml`, progress.
 
 #![warn(missing_docs)]
 
-pub mod app_state;
 pub mod book;
-pub mod chapter;
-pub mod check;
 pub mod cli;
-pub mod doctor;
-pub mod embedded;
+pub mod commands;
+pub mod course;
 pub mod grade;
-pub mod hint;
-pub mod learner;
-pub mod list;
-pub mod pictures;
-pub mod progress;
-pub mod replay;
-pub mod reset;
-pub mod runner;
-pub mod scratch;
-pub mod serve;
-pub mod solution;
-pub mod start;
-pub mod verify;
-pub mod viz;
-pub mod watch;
+pub mod run;
 
 use anyhow::Result;
-use app_state::Repo;
+use book::{pictures, viz};
 use cli::{Cli, Command};
+use commands::{check, doctor, hint, list, replay, reset, solution, start, verify, watch};
+use course::app_state::{self, Repo};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -50,7 +40,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }),
         Command::Grade(args) => grade::command(cli.root.as_deref(), &args),
         Command::Export(args) => match args.target {
-            cli::ExportTarget::Gradescope(args) => {
+            grade::export::ExportTarget::Gradescope(args) => {
                 grade::export::command(
                     cli.root.as_deref(),
                     &args.out,

@@ -130,8 +130,8 @@ fn every_page_of_the_book_works_in_headless_chromium() {
 
 /// Serves `root` with the workbook's own server (`workbook book --serve`) on a free port of
 /// 127.0.0.1 until the returned handle is dropped.
-fn serve_book(root: &Path) -> workbook::serve::Running {
-    workbook::serve::Server::bind(root, 0)
+fn serve_book(root: &Path) -> workbook::book::serve::Running {
+    workbook::book::serve::Server::bind(root, 0)
         .expect("the book server binds a free port")
         .spawn()
 }
@@ -730,7 +730,7 @@ impl BookCheck {
         let history: Value =
             serde_json::from_str(&data).map_err(|e| format!("{HISTORY_PAGE}'s history: {e}"))?;
         let rows = history["trace"].as_array().cloned().unwrap_or_default();
-        let size = |v: &Value| workbook::viz::size(v.as_u64().unwrap_or(0));
+        let size = |v: &Value| workbook::book::viz::size(v.as_u64().unwrap_or(0));
         let totals = |i: usize| {
             rows.get(i).map_or_else(String::new, |r| {
                 format!("→ allocated {}, reserved {}", size(&r[6]), size(&r[7]))

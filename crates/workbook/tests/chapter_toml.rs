@@ -4,8 +4,8 @@
 mod common;
 
 use common::{FakeRepo, chapter_toml};
-use workbook::app_state::Repo;
-use workbook::chapter::ChapterInfo;
+use workbook::course::app_state::Repo;
+use workbook::course::chapter::ChapterInfo;
 
 /// Loads chapter `ch` of a fake repository whose chapter.toml is `text`; the error's full chain.
 fn load_error(text: &str) -> String {

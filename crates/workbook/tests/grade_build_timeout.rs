@@ -8,8 +8,8 @@ use common::FakeRepo;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
-use workbook::runner;
-use workbook::scratch::{self, WorkspaceTemplate};
+use workbook::run::runner;
+use workbook::run::scratch::{self, WorkspaceTemplate};
 
 #[test]
 fn a_build_that_never_ends_is_stopped_and_reported_as_failed() {
@@ -81,7 +81,7 @@ fn a_chapter_that_never_finishes_building_costs_only_that_chapter() {
     }
     repo.write("student/endless/src/lib.rs", ENDLESS);
     repo.write("student/fine/src/lib.rs", FINE);
-    let repo_state = workbook::app_state::Repo::at(repo.root()).expect("the repository");
+    let repo_state = workbook::course::app_state::Repo::at(repo.root()).expect("the repository");
     let options = workbook::grade::GradeOptions {
         build_timeout: Duration::from_secs(5),
         sandbox: false,

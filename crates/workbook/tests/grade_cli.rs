@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use workbook::app_state::Repo;
+use workbook::course::app_state::Repo;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

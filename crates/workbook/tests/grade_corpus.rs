@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
-use workbook::app_state::Repo;
+use workbook::course::app_state::Repo;
 use workbook::grade::{
     self, ChapterResult, ChapterState, GradeOptions, GradeReport, Status, StudentResult, report,
     submission,

@@ -454,9 +454,11 @@ fn a_corrupt_state_file_is_moved_aside_and_reported() {
 
 /// A fake repository holding a chapter named like one the binary carries, with the learner's
 /// work in its `src/` and a test file of theirs.
-fn repo_with_embedded_chapter() -> Option<(FakeRepo, &'static workbook::embedded::EmbeddedChapter)>
-{
-    let Some(chapter) = workbook::embedded::chapters().first() else {
+fn repo_with_embedded_chapter() -> Option<(
+    FakeRepo,
+    &'static workbook::course::embedded::EmbeddedChapter,
+)> {
+    let Some(chapter) = workbook::course::embedded::chapters().first() else {
         eprintln!("this binary carries no chapters; skipping");
         return None;
     };

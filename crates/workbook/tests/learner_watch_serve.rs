@@ -5,8 +5,8 @@
 use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::time::Duration;
-use workbook::serve::Server;
-use workbook::watch::{self, ChangeDetector, Mode, Signal};
+use workbook::book::serve::Server;
+use workbook::commands::watch::{self, ChangeDetector, Mode, Signal};
 
 /// Long enough for any machine; the tests never wait this long when things work.
 const BOUND: Duration = Duration::from_secs(20);

@@ -5,8 +5,8 @@ mod common;
 
 use common::FakeRepo;
 use std::time::Duration;
-use workbook::runner::{self, RunOptions, TestOutcome, Verdict};
-use workbook::scratch::{self, WorkspaceTemplate};
+use workbook::run::runner::{self, RunOptions, TestOutcome, Verdict};
+use workbook::run::scratch::{self, WorkspaceTemplate};
 
 const LIB: &str = "pub fn answer() -> u32 { 42 }\n";
 

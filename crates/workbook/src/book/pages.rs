@@ -11,7 +11,7 @@
 //! solution page is `<chapter>-solution.md`. New chapters get all of this without writing
 //! anything but their quiz file.
 
-use crate::chapter::ChapterInfo;
+use crate::course::chapter::ChapterInfo;
 use anyhow::{Context, Result, bail};
 use mdbook_preprocessor::book::{Book, BookItem};
 use mdbook_preprocessor::{Preprocessor, PreprocessorContext};

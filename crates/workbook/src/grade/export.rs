@@ -9,10 +9,42 @@
 //! folder laid out like Gradescope's.
 
 use super::hidden;
-use crate::app_state::Repo;
+use crate::course::app_state::Repo;
 use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// `workbook export`: the grader, packaged for a hosted autograder.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// What to package it for.
+    #[command(subcommand)]
+    pub target: ExportTarget,
+}
+
+/// The autograders `workbook export` packages for.
+#[derive(Debug, Subcommand)]
+pub enum ExportTarget {
+    /// Gradescope's zip: setup.sh (Rust, bubblewrap, the tests built once), run_autograder (grades
+    /// /autograder/submission into /autograder/results/results.json), the workspace.
+    Gradescope(ExportGradescopeArgs),
+}
+
+/// `workbook export gradescope`.
+#[derive(Debug, Args)]
+pub struct ExportGradescopeArgs {
+    /// Where to write the zip.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Hidden tests to grade with too: FOLDER/<chapter>/*.rs and points.toml, as for `grade`.
+    #[arg(long, value_name = "FOLDER")]
+    pub hidden_tests: Option<PathBuf>,
+    /// run_autograder grades with `grade --no-sandbox` (where the sandbox cannot run): each
+    /// submission is then isolated only by Gradescope's container, and can forge its results.
+    #[arg(long)]
+    pub no_sandbox: bool,
+}
 
 /// `setup.sh`: run once by Gradescope when the autograder is built (as root, on Ubuntu).
 pub const SETUP_SH: &str = r#"#!/usr/bin/env bash

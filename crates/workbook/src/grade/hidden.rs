@@ -6,7 +6,7 @@
 //! Points: `<FOLDER>/<chapter>/points.toml` maps test function names to points
 //! (`leaves_memory_allocated_unchanged = 3`); a hidden test it does not list is worth 1 point.
 
-use crate::app_state::Chapter;
+use crate::course::app_state::Chapter;
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -18,21 +18,16 @@
 pub mod export;
 pub mod hidden;
 pub mod report;
-#[cfg(target_os = "linux")]
-pub mod sandbox;
-#[cfg(not(target_os = "linux"))]
-#[path = "sandbox_other.rs"]
-pub mod sandbox;
 pub mod submission;
 
-use crate::app_state::{self, Chapter, Repo};
-use crate::cli::{GradeArgs, GradeFormat};
-use crate::runner::{self, RunOptions, TestCase, Verdict};
-use crate::scratch::{self, WorkspaceTemplate};
+use crate::course::app_state::{self, Chapter, Repo};
+use crate::run::runner::{self, RunOptions, TestCase, Verdict};
+use crate::run::sandbox::Sandbox;
+use crate::run::scratch::{self, WorkspaceTemplate};
 use anyhow::{Context, Result, bail};
+use clap::Args;
 use hidden::HiddenChapter;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sandbox::Sandbox;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,6 +35,75 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use submission::{Limits, Submission, SubmittedChapter};
+
+/// Flags of `workbook grade`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A submission is a folder (a copy of the workbook, its exercises/ folder, or \
+                  <chapter>/src folders) or a .zip, .tar.gz, .tgz or .tar of one. Each chapter's \
+                  src/ is laid over a pristine copy of its crate: the official tests/ and \
+                  Cargo.toml are used, never the submitted ones.\n\n\
+                  Hidden tests: <FOLDER>/<chapter>/*.rs, each a test file like those in tests/; \
+                  <FOLDER>/<chapter>/points.toml maps test names to points (a test it does not \
+                  list is worth 1 point)."
+)]
+pub struct GradeArgs {
+    /// Submissions to grade: folders or archives; each student is named after the entry.
+    #[arg(value_name = "SUBMISSION")]
+    pub submissions: Vec<PathBuf>,
+    /// Grade every folder and archive in FOLDER, one per student (named after the entry).
+    #[arg(long, value_name = "FOLDER")]
+    pub class: Option<PathBuf>,
+    /// Grade only this chapter (name or unique prefix; repeat for more); default: all.
+    #[arg(long = "chapter", value_name = "CHAPTER")]
+    pub chapters: Vec<String>,
+    /// Add the tests in FOLDER/<chapter>/*.rs, which the learners never saw.
+    #[arg(long, value_name = "FOLDER")]
+    pub hidden_tests: Option<PathBuf>,
+    /// What to print on stdout: a table, or Gradescope's results.json.
+    #[arg(long, value_enum, default_value_t = GradeFormat::Table)]
+    pub format: GradeFormat,
+    /// Write Gradescope's results.json to FILE (several submissions: FILE is a folder of
+    /// <student>.json).
+    #[arg(long, value_name = "FILE")]
+    pub gradescope: Option<PathBuf>,
+    /// Write JUnit XML (a test suite per student and chapter) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Write a CSV to FILE: one row per student, one column per chapter, and the total.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write one Markdown feedback report per student into FOLDER.
+    #[arg(long, value_name = "FOLDER")]
+    pub feedback: Option<PathBuf>,
+    /// Chapters graded at once, and test processes at once in each (default: the machine's cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// Seconds a test may run before it is killed and counts as failed (timed out).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+    /// Memory one test process may have (its heap and private mappings), such as 4GiB or 512MiB,
+    /// or `none`. Half of it is the cpu device's capacity (unless GPUMEM_CPU_CAPACITY is set), so
+    /// runaway allocations end in an out-of-memory error instead of taking the machine's memory.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = runner::parse_memory_limit)]
+    pub memory_limit: runner::MemoryLimit,
+    /// Keep the test executables of every graded chapter (about 20 MB each) under target/workbook.
+    #[arg(long)]
+    pub keep_builds: bool,
+    /// Run the tests without the bubblewrap sandbox (where it cannot run): the learners' code then
+    /// runs with your permissions and can forge its results. Only for code you trust.
+    #[arg(long)]
+    pub no_sandbox: bool,
+}
+
+/// What `workbook grade` prints on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GradeFormat {
+    /// A table: one row per student, one column per chapter, then what cost points.
+    Table,
+    /// Gradescope's results.json (several submissions: an object of them by student).
+    Json,
+}
 
 /// The default time limit of one test when grading, in seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;

@@ -12,7 +12,7 @@
 //!
 //! A refused submission scores 0 with the reason in its report; it never stops the batch.
 
-use crate::app_state::Chapter;
+use crate::course::app_state::Chapter;
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use tempfile::TempDir;
-use workbook::grade::sandbox::Sandbox;
+use workbook::run::sandbox::Sandbox;
 
 /// A workbook repository in a temporary directory: a root `Cargo.toml` with `[workspace]`,
 /// `exercises/` and `solutions/`. Its crates depend on nothing, so they build in a second.

@@ -2,9 +2,9 @@
 //! that says whether `src/` changed since, the progress bar, what to do next, and how to spell a
 //! command so that it can be pasted.
 
-use crate::app_state::{Chapter, Repo};
-use crate::chapter::ExerciseInfo;
-use crate::progress::{CheckRecord, Progress, TestStatus};
+use crate::course::app_state::{Chapter, Repo};
+use crate::course::chapter::ExerciseInfo;
+use crate::course::progress::{CheckRecord, Progress, TestStatus};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -102,7 +102,7 @@ pub fn kept_progress(chapter: &Chapter, record: &CheckRecord) -> Option<String> 
          compiled ({}). Fix the error and check again.",
         statuses.len(),
         chapter.name,
-        crate::progress::ago(at)
+        crate::course::progress::ago(at)
     ))
 }
 
@@ -303,7 +303,7 @@ pub fn next_steps(repo: &Repo, chapters: &[Chapter], progress: &Progress) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::progress::TestRecord;
+    use crate::course::progress::TestRecord;
     use indexmap::IndexMap;
 
     fn exercise(tests: &[&str]) -> ExerciseInfo {
@@ -362,7 +362,7 @@ mod tests {
             name: "ch01-x".into(),
             dir: "exercises/ch01-x".into(),
             solution_dir: "solutions/ch01-x".into(),
-            info: crate::chapter::ChapterInfo {
+            info: crate::course::chapter::ChapterInfo {
                 title: "X".into(),
                 exercises: vec![exercise(&["a"])],
             },
@@ -371,7 +371,7 @@ mod tests {
         assert!(chapter_done(&chapter, Some(&r)));
         assert_eq!(kept_progress(&chapter, &r), None);
         r.build_error = Some("error[E0308]".into());
-        r.compiled_at = Some(crate::progress::now());
+        r.compiled_at = Some(crate::course::progress::now());
         let s = exercise_status(&chapter.info.exercises[0], Some(&r));
         assert_eq!((s.state, s.passed), (State::Done, 1));
         assert!(!chapter_done(&chapter, Some(&r)));

@@ -506,7 +506,7 @@ mod needs_sandbox;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RunOptions, TestCase, Verdict, run_test};
+    use crate::run::runner::{RunOptions, TestCase, Verdict, run_test};
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -531,7 +531,7 @@ mod tests {
         let case = TestCase {
             target: "workbook".into(),
             binary: std::env::current_exe().expect("this test executable"),
-            name: "grade::sandbox::tests::probe".into(),
+            name: "run::sandbox::tests::probe".into(),
         };
         let options = RunOptions {
             timeout: Duration::from_secs(60),

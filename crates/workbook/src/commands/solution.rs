@@ -1,15 +1,29 @@
 //! `workbook solution <chapter>`: the reference solution, once the chapter's tests pass (per the
 //! last check, else a fresh one); `--force` shows it anyway and says so.
 
-use crate::app_state::Repo;
-use crate::check::{self, CheckOptions};
-use crate::cli::SolutionArgs;
-use crate::learner;
-use crate::progress::StateFile;
-use crate::reset::read_tree;
+use crate::commands::check::{self, CheckOptions};
+use crate::commands::reset::read_tree;
+use crate::course::app_state::Repo;
+use crate::course::learner;
+use crate::course::progress::StateFile;
 use anyhow::{Result, bail};
+use clap::Args;
 use std::path::Path;
 use std::process::ExitCode;
+
+/// Flags of `workbook solution`.
+#[derive(Debug, Args)]
+pub struct SolutionArgs {
+    /// The chapter, by name or unique prefix (`ch01`).
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: String,
+    /// Show it even though the chapter's tests do not pass yet.
+    #[arg(long)]
+    pub force: bool,
+    /// How the chapter's tests run, if a check is needed.
+    #[command(flatten)]
+    pub tests: crate::commands::check::TestRunArgs,
+}
 
 /// `workbook solution`.
 pub fn run(root: Option<&Path>, args: &SolutionArgs) -> Result<ExitCode> {
@@ -66,9 +80,9 @@ pub fn run(root: Option<&Path>, args: &SolutionArgs) -> Result<ExitCode> {
                     .info
                     .tests()
                     .filter(|(_, t, _)| {
-                        r.tests
-                            .get(*t)
-                            .is_some_and(|t| t.status == crate::progress::TestStatus::Passed)
+                        r.tests.get(*t).is_some_and(|t| {
+                            t.status == crate::course::progress::TestStatus::Passed
+                        })
                     })
                     .count();
                 format!(
@@ -108,7 +122,7 @@ pub fn run(root: Option<&Path>, args: &SolutionArgs) -> Result<ExitCode> {
 pub fn page_address(chapter: &str) -> String {
     format!(
         "http://127.0.0.1:{}/{chapter}{}.html",
-        crate::serve::DEFAULT_PORT,
+        crate::book::serve::DEFAULT_PORT,
         crate::book::pages::SOLUTION_SUFFIX
     )
 }

@@ -5,8 +5,8 @@
 //! and a `check` running at once never lose each other's results, and a crash never leaves half a
 //! file. A file that cannot be read is moved aside, reported, and progress starts afresh.
 
-use crate::app_state::Repo;
-use crate::scratch::DirLock;
+use crate::course::app_state::Repo;
+use crate::course::lock::DirLock;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -42,7 +42,7 @@ pub struct ChapterProgress {
 pub struct CheckRecord {
     /// When, in seconds since 1970.
     pub at: u64,
-    /// The digest of the `src/` that was checked (see [`crate::learner::src_digest`]).
+    /// The digest of the `src/` that was checked (see [`crate::course::learner::src_digest`]).
     #[serde(default)]
     pub src_digest: String,
     /// The compiler's first error when the code did not compile (then `tests` holds the results

@@ -2,16 +2,27 @@
 //! copies the binary carries, after asking, and keeps a backup of every file it replaces or
 //! removes under `.workbook/backups/<chapter>-<time>/`. `tests/` is never touched.
 
-use crate::app_state::Repo;
-use crate::cli::ResetArgs;
-use crate::embedded;
-use crate::learner;
-use crate::progress::{self, StateFile};
+use crate::course::app_state::Repo;
+use crate::course::embedded;
+use crate::course::learner;
+use crate::course::progress::{self, StateFile};
 use anyhow::{Context, Result, anyhow, bail};
+use clap::Args;
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Flags of `workbook reset`.
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// The chapter, by name or unique prefix (`ch01`).
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: String,
+    /// Do not ask (needed where there is no terminal to ask on).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
 
 /// `workbook reset`.
 pub fn run(root: Option<&Path>, args: &ResetArgs) -> Result<ExitCode> {

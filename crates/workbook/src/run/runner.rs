@@ -5,7 +5,7 @@
 //! each test starts with a fresh runtime (gpumem's statistics are per process). `verify` and the
 //! grader use the same three steps: [`build_tests`], [`list_tests`], [`run_tests`].
 
-use crate::grade::sandbox::{self, Sandbox};
+use crate::run::sandbox::{self, Sandbox};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -16,6 +16,29 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+
+/// The `--memory-limit` of `check`, `watch` and `grade`: bytes, or no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLimit(pub Option<u64>);
+
+/// The smallest `--memory-limit`: below it a test process cannot even start.
+pub const MIN_MEMORY_LIMIT: u64 = 64 << 20;
+
+/// Reads a `--memory-limit`: a size such as 4GiB or 512MiB, or `none`.
+pub fn parse_memory_limit(text: &str) -> Result<MemoryLimit, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(MemoryLimit(None));
+    }
+    let bytes = gpumem::format::parse_bytes(text).ok_or_else(|| {
+        format!("`{text}` is not a size: write it like 4GiB, 512MiB or 1073741824, or `none`")
+    })?;
+    if bytes < MIN_MEMORY_LIMIT {
+        return Err(format!(
+            "{text} is too little for a test process to start; give 64MiB or more, or `none`"
+        ));
+    }
+    Ok(MemoryLimit(Some(bytes)))
+}
 
 /// How long the grader waits for a test's output streams to end once the test process is gone
 /// (a process it left behind, outside a sandbox, may hold them open for ever).

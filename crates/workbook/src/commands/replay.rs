@@ -5,8 +5,8 @@
 //! Each replay gets a private allocator (never the shared device's), so nothing else in the process
 //! disturbs it: over host memory on `cpu`, over the driver (`cuMemAlloc`) on `cuda:N`.
 
-use crate::cli::ReplayArgs;
 use anyhow::{Context, Result, bail};
+use clap::Args;
 use gpumem::backend::{DeviceBackend, RawMemory};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::backend_cuda::CudaBackend;
@@ -14,8 +14,43 @@ use gpumem::snapshot_pickle;
 use gpumem::trace::{AllocTrace, ReplayError, ReplayStats, replay, replay_recorded};
 use gpumem::{AllocatorConfig, CachingAllocator, DeviceKind, format_bytes};
 use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// Flags of `workbook replay`.
+#[derive(Debug, Args)]
+#[command(after_help = "The trace format and the committed traces: bench/README.md.")]
+pub struct ReplayArgs {
+    /// Trace files (JSON, `"format": "gpumem-alloc-trace"`), or PyTorch snapshot pickles
+    /// (`torch.cuda.memory._dump_snapshot`), whose device_traces are replayed.
+    #[arg(value_name = "TRACE.json|SNAPSHOT.pickle", required = true)]
+    pub traces: Vec<PathBuf>,
+    /// The memory behind the allocator: cpu (host memory), cuda or cuda:N (cuMemAlloc).
+    #[arg(long, value_name = "DEVICE", default_value = "cpu")]
+    pub device: String,
+    /// Replays per trace, each through a fresh allocator; the time per event is their median.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    /// The cpu device's memory (bytes, or with a KiB/MiB/GiB suffix); default: no limit.
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
+    /// Print JSON (a list, one object per trace) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// What-if: replay each trace once per setting (GPUMEM_ALLOC_CONF syntax, "" for torch's
+    /// defaults) and print them side by side; repeat the flag to compare settings.
+    #[arg(long = "alloc-conf", value_name = "CONF")]
+    pub alloc_conf: Vec<String>,
+    /// With --alloc-conf: cap each replay's reservations at this fraction of the capacity
+    /// (set_per_process_memory_fraction; garbage_collection_threshold needs one, as in torch).
+    #[arg(long = "memory-fraction", value_name = "F", requires = "alloc_conf")]
+    pub memory_fraction: Option<f64>,
+    /// Write the allocator's state after the replay (one trace, at most one --alloc-conf) as a
+    /// PyTorch snapshot pickle, for pytorch.org/memory_viz.
+    #[arg(long = "snapshot-out", value_name = "FILE.pickle")]
+    pub snapshot_out: Option<PathBuf>,
+}
 
 /// One trace's result: the stats of the first replay and the median time per event over all.
 #[derive(Debug, Clone)]

@@ -1,14 +1,29 @@
 //! `workbook verify`: every test fails on the stubs, passes on the solutions, and is listed in
 //! `chapter.toml` under one exercise; every chapter follows the workbook's rules.
 
-use crate::app_state::{Chapter, Repo};
-use crate::runner::{self, BuildFailure, RunOptions, TestCase, TestOutcome, Verdict};
-use crate::scratch::{self, WorkspaceTemplate};
+use crate::course::app_state::{Chapter, Repo};
+use crate::run::runner::{self, BuildFailure, RunOptions, TestCase, TestOutcome, Verdict};
+use crate::run::scratch::{self, WorkspaceTemplate};
 use anyhow::Result;
+use clap::Args;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// Flags of `workbook verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Chapters to verify, by name or unique prefix (`ch01`); default: all.
+    #[arg(value_name = "CHAPTER")]
+    pub chapters: Vec<String>,
+    /// Test processes to run at once (default: the machine's cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// Seconds a test may run before it is killed and counts as timed out.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+}
 
 /// How `verify` runs the tests.
 #[derive(Debug, Clone)]

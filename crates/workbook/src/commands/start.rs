@@ -2,17 +2,31 @@
 //! shows progress and the next command, and serves the book on 127.0.0.1 (`--no-serve`: build and
 //! report only).
 
-use crate::app_state::Repo;
-use crate::check;
-use crate::cli::StartArgs;
-use crate::learner;
-use crate::list;
-use crate::progress::StateFile;
-use crate::serve::{self, Server};
+use crate::book::serve::{self, Server};
+use crate::commands::check;
+use crate::commands::list;
+use crate::course::app_state::Repo;
+use crate::course::learner;
+use crate::course::progress::StateFile;
 use anyhow::Result;
+use clap::Args;
 use gpumem::{AllocatorConfig, Device};
 use std::path::Path;
 use std::process::ExitCode;
+
+/// Flags of `workbook start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Build the book and report, but do not serve it.
+    #[arg(long)]
+    pub no_serve: bool,
+    /// Open the book in the browser (a warning if no browser can be started).
+    #[arg(long)]
+    pub open: bool,
+    /// The port to serve on (default: 3000, or the next free one).
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+}
 
 /// `workbook start`.
 pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
@@ -79,7 +93,7 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
 }
 
 /// Builds what the first `check` of `chapter` needs ([`check::prepare`]) and says how it went.
-fn prepare_check(repo: &Repo, chapter: &crate::app_state::Chapter) {
+fn prepare_check(repo: &Repo, chapter: &crate::course::app_state::Chapter) {
     let name = &chapter.name;
     println!("Preparing `check {name}` (gpumem and the tests, built once)...");
     let started = std::time::Instant::now();

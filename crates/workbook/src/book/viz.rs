@@ -8,11 +8,32 @@
 //! reserved.
 
 use anyhow::{Context, Result};
+use clap::Args;
 use gpumem::history::{BlockState, SegmentInfo};
 use gpumem::{Snapshot, TraceAction, TraceEntry};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::path::PathBuf;
+
+/// Flags of `workbook viz`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Write a snapshot with `dev.record_memory_history(true)` before the work and \
+                  `std::fs::write(path, dev.snapshot().to_json())` after it."
+)]
+pub struct VizArgs {
+    /// The snapshot: the JSON that `dev.snapshot().to_json()` writes, or a snapshot pickle
+    /// (`dev.dump_snapshot`, PyTorch's `torch.cuda.memory._dump_snapshot`).
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: PathBuf,
+    /// The SVG file to write.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+    /// What to draw: the timeline, the segment map, or both (one above the other).
+    #[arg(long, value_enum, default_value_t = crate::book::viz::View::Both)]
+    pub view: crate::book::viz::View,
+}
 
 /// Which pictures to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,7 +47,7 @@ pub enum View {
 }
 
 /// `workbook viz`: reads the snapshot, draws it, writes the SVG.
-pub fn run(args: &crate::cli::VizArgs) -> Result<std::process::ExitCode> {
+pub fn run(args: &VizArgs) -> Result<std::process::ExitCode> {
     let snapshot = read_snapshot(&args.snapshot)?;
     let svg = render(&snapshot, args.view);
     std::fs::write(&args.output, svg)

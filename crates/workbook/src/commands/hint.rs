@@ -1,14 +1,28 @@
 //! `workbook hint <chapter> [exercise]`: the next hint of an exercise from `chapter.toml`, gentle
 //! first and more explicit on each call; the state file remembers how many were shown.
 
-use crate::app_state::{Chapter, Repo};
-use crate::chapter::ExerciseInfo;
-use crate::cli::HintArgs;
-use crate::learner::{self, State};
-use crate::progress::StateFile;
+use crate::course::app_state::{Chapter, Repo};
+use crate::course::chapter::ExerciseInfo;
+use crate::course::learner::{self, State};
+use crate::course::progress::StateFile;
 use anyhow::{Result, bail};
+use clap::Args;
 use std::path::Path;
 use std::process::ExitCode;
+
+/// Flags of `workbook hint`.
+#[derive(Debug, Args)]
+pub struct HintArgs {
+    /// The chapter, by name or unique prefix (`ch01`).
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: String,
+    /// The exercise, by name, unique prefix or number; default: the first one not done.
+    #[arg(value_name = "EXERCISE")]
+    pub exercise: Option<String>,
+    /// Show every hint given so far instead of the next one.
+    #[arg(long)]
+    pub all: bool,
+}
 
 /// `workbook hint`.
 pub fn run(root: Option<&Path>, args: &HintArgs) -> Result<ExitCode> {

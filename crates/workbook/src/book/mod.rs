@@ -4,8 +4,12 @@
 //! in the file silently includes nothing; both are errors here, naming the page and the link.
 
 pub mod pages;
+pub mod pictures;
+pub mod serve;
+pub mod viz;
 
 use anyhow::{Context, Result, bail};
+use clap::Args;
 use mdbook_driver::MDBook;
 use mdbook_driver::book::BookItem;
 use std::path::{Path, PathBuf};
@@ -13,16 +17,33 @@ use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
 
+/// Flags of `workbook book`.
+#[derive(Debug, Args)]
+pub struct BookArgs {
+    /// Where to write the HTML (default: book/book/).
+    #[arg(long, value_name = "DIR")]
+    pub dest: Option<PathBuf>,
+    /// Serve the book on 127.0.0.1 until Ctrl-C.
+    #[arg(long)]
+    pub serve: bool,
+    /// Open the book in the browser (a warning if no browser can be started).
+    #[arg(long)]
+    pub open: bool,
+    /// The port to serve on (default: 3000, or the next free one).
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+}
+
 /// `workbook book`: builds the book, and with `--serve` serves it on 127.0.0.1 until Ctrl-C;
 /// `--open` opens it in the browser (a failure to open is only a warning).
-pub fn run(root: Option<&Path>, args: &crate::cli::BookArgs) -> Result<std::process::ExitCode> {
-    let repo = crate::app_state::Repo::from_option(root)?;
+pub fn run(root: Option<&Path>, args: &BookArgs) -> Result<std::process::ExitCode> {
+    let repo = crate::course::app_state::Repo::from_option(root)?;
     let out = build(&repo.book_dir(), args.dest.as_deref())?;
     println!("book written to {}", out.display());
     if !args.serve {
         if args.open {
             let index = out.join("index.html");
-            if let Err(e) = crate::serve::open_in_browser(&index.display().to_string()) {
+            if let Err(e) = crate::book::serve::open_in_browser(&index.display().to_string()) {
                 eprintln!(
                     "warning: could not open a browser ({e:#}); open {} yourself",
                     index.display()
@@ -32,15 +53,15 @@ pub fn run(root: Option<&Path>, args: &crate::cli::BookArgs) -> Result<std::proc
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let server = match args.port {
-        Some(port) => crate::serve::Server::bind(&out, port)?,
-        None => crate::serve::Server::bind_near(&out, crate::serve::DEFAULT_PORT)?,
+        Some(port) => crate::book::serve::Server::bind(&out, port)?,
+        None => crate::book::serve::Server::bind_near(&out, crate::book::serve::DEFAULT_PORT)?,
     };
     serve_until_interrupted(server, args.open)
 }
 
 /// Prints the URL, opens it when asked, and serves until Ctrl-C.
 pub fn serve_until_interrupted(
-    server: crate::serve::Server,
+    server: crate::book::serve::Server,
     open: bool,
 ) -> Result<std::process::ExitCode> {
     let url = server.url();
@@ -52,7 +73,7 @@ pub fn serve_until_interrupted(
     }) {
         eprintln!("warning: Ctrl-C will stop the server abruptly ({e})");
     }
-    if open && let Err(e) = crate::serve::open_in_browser(&url) {
+    if open && let Err(e) = crate::book::serve::open_in_browser(&url) {
         eprintln!("warning: could not open a browser ({e:#}); open {url} yourself");
     }
     server.serve();

@@ -1,15 +1,26 @@
 //! `workbook list`: every chapter and exercise with its state (from the last checks, or fresh
 //! ones with `--refresh`), a progress bar, and the exact command to run next.
 
-use crate::app_state::{Chapter, Repo};
-use crate::check::{self, CheckOptions};
-use crate::cli::ListArgs;
-use crate::learner::{self, State};
-use crate::progress::{self, Progress, StateFile};
+use crate::commands::check::{self, CheckOptions};
+use crate::course::app_state::{Chapter, Repo};
+use crate::course::learner::{self, State};
+use crate::course::progress::{self, Progress, StateFile};
 use anyhow::Result;
+use clap::Args;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+
+/// Flags of `workbook list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Check every chapter now, instead of showing the results of the last checks.
+    #[arg(long)]
+    pub refresh: bool,
+    /// How the chapter's tests run.
+    #[command(flatten)]
+    pub tests: crate::commands::check::TestRunArgs,
+}
 
 /// `workbook list`.
 pub fn run(root: Option<&Path>, args: &ListArgs) -> Result<ExitCode> {

@@ -5,18 +5,45 @@
 //! one the binary carries, else the repository's) in a scratch workspace, exactly as grading does:
 //! an edited `tests/` or `Cargo.toml` changes nothing. Each test runs in a process of its own.
 
-use crate::app_state::{self, Chapter, Repo};
-use crate::cli::{CheckArgs, TestRunArgs};
-use crate::embedded;
-use crate::learner::{self, State, TODO_MESSAGE};
-use crate::progress::{CheckRecord, StateFile, TestRecord, TestStatus};
-use crate::runner::{self, BuildFailure, RunOptions, TestOutcome, Verdict};
-use crate::scratch::{self, WorkspaceTemplate};
+use crate::course::app_state::{self, Chapter, Repo};
+use crate::course::embedded;
+use crate::course::learner::{self, State, TODO_MESSAGE};
+use crate::course::progress::{CheckRecord, StateFile, TestRecord, TestStatus};
+use crate::run::runner::{self, BuildFailure, RunOptions, TestOutcome, Verdict};
+use crate::run::scratch::{self, WorkspaceTemplate};
 use anyhow::{Context, Result, bail};
+use clap::Args;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// Flags of `workbook check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The chapter, by name or unique prefix (`ch01`); default: the first one not done.
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: Option<String>,
+    /// How the chapter's tests run.
+    #[command(flatten)]
+    pub tests: TestRunArgs,
+}
+
+/// How `list --refresh`, `check`, `watch` and `solution` run a chapter's tests.
+#[derive(Debug, Args)]
+pub struct TestRunArgs {
+    /// Test processes to run at once (default: the machine's cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+    /// Seconds a test may run before it is stopped and counts as failed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+    /// Memory one test process may have, such as 4GiB or 512MiB, or `none`; half of it is the cpu
+    /// device's capacity (unless GPUMEM_CPU_CAPACITY is set). A loop that allocates forever then
+    /// fails its test instead of taking the machine's memory.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = runner::parse_memory_limit)]
+    pub memory_limit: runner::MemoryLimit,
+}
 
 /// How `check` runs the tests.
 #[derive(Debug, Clone)]
@@ -183,7 +210,7 @@ pub fn check_chapter(
     } = build(repo, chapter)?;
     let paths = PathMap::new(repo, chapter, &scratch.crate_dir, &member);
     let previous = StateFile::of(repo).load()?.check(name).cloned();
-    let now = crate::progress::now();
+    let now = crate::course::progress::now();
     let mut record = CheckRecord {
         at: now,
         src_digest: digest,
@@ -498,7 +525,7 @@ pub fn next_after(
     repo: &Repo,
     check: &ChapterCheck,
     chapters: &[Chapter],
-    progress: &crate::progress::Progress,
+    progress: &crate::course::progress::Progress,
 ) -> Vec<String> {
     let cmd = learner::command_prefix(repo);
     let name = &check.chapter.name;

@@ -6,12 +6,12 @@
 //! events (an editor's save is often several) is one change, and a check runs only when the
 //! `.rs` files' contents differ from the last check's.
 
-use crate::app_state::Repo;
-use crate::check::{self, CheckOptions};
-use crate::cli::WatchArgs;
-use crate::learner;
-use crate::progress::StateFile;
+use crate::commands::check::{self, CheckOptions};
+use crate::course::app_state::Repo;
+use crate::course::learner;
+use crate::course::progress::StateFile;
 use anyhow::{Context, Result};
+use clap::Args;
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use std::io::IsTerminal;
@@ -21,6 +21,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
+
+/// Flags of `workbook watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The chapter, by name or unique prefix (`ch01`); default: the first one not done.
+    #[arg(value_name = "CHAPTER")]
+    pub chapter: Option<String>,
+    /// Read the files at an interval instead of waiting for file-system events (for file systems
+    /// that send none: network shares, some VM and container mounts).
+    #[arg(long)]
+    pub poll: bool,
+    /// Milliseconds between two reads with --poll (and when events are not available).
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..))]
+    pub poll_interval: u64,
+    /// How the chapter's tests run.
+    #[command(flatten)]
+    pub tests: crate::commands::check::TestRunArgs,
+}
 
 /// How long the files must stay quiet after an event before the check runs.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);

@@ -1,6 +1,6 @@
 //! Where the workbook lives: its root, its chapters, and the scratch area of the commands.
 
-use crate::chapter::ChapterInfo;
+use crate::course::chapter::ChapterInfo;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 

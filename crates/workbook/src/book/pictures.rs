@@ -3,17 +3,35 @@
 //! A chapter has pictures when its `examples/walkthrough.rs` reads [`SNAPSHOT_VAR`]: run with it
 //! set, the walkthrough records the allocator's history from the start and writes its snapshot to
 //! that file. This command runs each such walkthrough on the `cpu` device (the same numbers on
-//! every machine), draws the snapshot with [`crate::viz`], and writes
+//! every machine), draws the snapshot with [`crate::book::viz`], and writes
 //! `book/src/pictures/<chapter>-timeline.svg` and `<chapter>-segments.svg`, and beside them
 //! `<chapter>-history.json`, the events the book's interactive view steps through (see
 //! [`history_json`]). With `--check` it writes nothing and fails when a committed file differs
 //! from what the code makes now.
 
-use crate::app_state::Repo;
-use crate::viz;
+use crate::book::viz;
+use crate::course::app_state::Repo;
 use anyhow::{Context, Result, bail};
+use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+/// Flags of `workbook pictures`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A chapter has pictures when its examples/walkthrough.rs reads GPUMEM_SNAPSHOT: \
+                  with that variable set, it records the allocator's history from the start and \
+                  writes `dev.snapshot().to_json()` to the file it names. Each walkthrough runs \
+                  with GPUMEM_DEVICE=cpu; the pictures go to book/src/pictures/."
+)]
+pub struct PicturesArgs {
+    /// Chapters, by name or unique prefix (`ch03`); default: every chapter with pictures.
+    #[arg(value_name = "CHAPTER")]
+    pub chapters: Vec<String>,
+    /// Write nothing; exit with 1 when a committed picture differs from what the code makes.
+    #[arg(long)]
+    pub check: bool,
+}
 
 /// The variable a walkthrough reads (through `gpumem::SnapshotRequest`) for the file to write its
 /// snapshot to.
@@ -41,7 +59,7 @@ pub struct Picture {
 }
 
 /// `workbook pictures`: makes (or with `--check`, checks) the pictures of the chapters asked for.
-pub fn run(root: Option<&Path>, args: &crate::cli::PicturesArgs) -> Result<ExitCode> {
+pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
     let repo = Repo::from_option(root)?;
     let with_pictures = chapters_with_pictures(&repo)?;
     let chapters = if args.chapters.is_empty() {
