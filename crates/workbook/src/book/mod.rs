@@ -12,6 +12,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use mdbook_driver::MDBook;
 use mdbook_driver::book::BookItem;
+use mdbook_driver::config::Config;
+use mdbook_preprocessor::Preprocessor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};
@@ -89,7 +91,22 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
     let events = Arc::new(Mutex::new(Vec::new()));
     let subscriber = tracing_subscriber::registry().with(Collect(events.clone()));
     let built = tracing::subscriber::with_default(subscriber, || -> Result<PathBuf> {
-        let mut book = MDBook::load(book_dir).with_context(|| {
+        let pages = pages::WorkbookPages {
+            exercises: book_dir.join("../exercises"),
+            quizzes: book_dir.join("quizzes"),
+        };
+        let mut config = Config::from_disk(book_dir.join("book.toml"))
+            .with_context(|| format!("reading {}", book_dir.join("book.toml").display()))?;
+        config.update_from_env()?;
+        if config.contains_key(pages::MDBOOK_QUIZ) {
+            // mdbook-quiz shows the questions: the workbook's preprocessor runs after mdBook's
+            // includes and before mdbook-quiz, which replaces the `{{#quiz ...}}` lines it writes.
+            // Registered below under the same name, it keeps the place these keys give it.
+            let table = format!("preprocessor.{}", pages.name());
+            config.set(format!("{table}.after"), ["links"])?;
+            config.set(format!("{table}.before"), ["quiz"])?;
+        }
+        let mut book = MDBook::load_with_config(book_dir, config).with_context(|| {
             format!(
                 "loading the book in {} (SUMMARY.md and every page it lists)",
                 book_dir.display()
@@ -100,10 +117,6 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
                 .with_context(|| format!("resolving {}", dest.display()))?;
         }
         check_includes(&book)?;
-        let pages = pages::WorkbookPages {
-            exercises: book_dir.join("../exercises"),
-            quizzes: book_dir.join("quizzes"),
-        };
         keep_solutions_out_of_search(&mut book, &pages)?;
         book.with_preprocessor(pages);
         book.build()

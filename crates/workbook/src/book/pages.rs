@@ -3,9 +3,11 @@
 //! (with plain `cargo test -p` as the alternative), and every solution page opens behind a gate.
 //!
 //! A chapter page also gets its self-check questions: `book/quizzes/<chapter>.toml`, written in
-//! mdbook-quiz's format (`[[questions]]` of `type = "MultipleChoice"` with `prompt.prompt`,
+//! mdbook-quiz 0.5.0's format (`[[questions]]` of `type = "MultipleChoice"` with `prompt.prompt`,
 //! `prompt.distractors`, `answer.answer` and `context`), is shown before the page's
-//! "## Exercises" as buttons that answer at once and then explain (theme/workbook.js).
+//! "## Exercises" as buttons that answer at once and then explain (theme/workbook.js). When
+//! `book.toml` has a `[preprocessor.quiz]` table, mdbook-quiz shows them instead: the page gets
+//! its `{{#quiz ...}}` line there, and `workbook book` runs this preprocessor before mdbook-quiz.
 //!
 //! A chapter page is `<chapter>.md` where `exercises/<chapter>/chapter.toml` exists; its
 //! solution page is `<chapter>-solution.md`. New chapters get all of this without writing
@@ -16,7 +18,8 @@ use anyhow::{Context, Result, bail};
 use mdbook_preprocessor::book::{Book, BookItem};
 use mdbook_preprocessor::{Preprocessor, PreprocessorContext};
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
 
 /// How a learner's command starts in the book, as the README writes it.
 pub const CLI: &str = "cargo run -p workbook --";
@@ -71,7 +74,9 @@ impl Preprocessor for WorkbookPages {
         "workbook-pages"
     }
 
-    fn run(&self, _ctx: &PreprocessorContext, mut book: Book) -> Result<Book> {
+    fn run(&self, ctx: &PreprocessorContext, mut book: Book) -> Result<Book> {
+        let by_mdbook_quiz = ctx.config.contains_key(MDBOOK_QUIZ);
+        let src = ctx.root.join(&ctx.config.book.src);
         let mut errors = Vec::new();
         book.for_each_mut(|item| {
             let BookItem::Chapter(page) = item else {
@@ -88,7 +93,15 @@ impl Preprocessor for WorkbookPages {
                             return Ok(content);
                         }
                         let quiz = Quiz::load(&file).map_err(|e| format!("{e:#}"))?;
-                        Ok(with_quiz(&content, &quiz.render(&chapter)))
+                        let shown = if by_mdbook_quiz {
+                            let page_dir = src.join(&path);
+                            let page_dir = page_dir.parent().unwrap_or(&src);
+                            format!("{{{{#quiz {}}}}}\n\n", relative(page_dir, &file))
+                        } else {
+                            quiz.render(&chapter)
+                                .map_err(|e| format!("{}: {e:#}", file.display()))?
+                        };
+                        Ok(with_quiz(&content, &shown))
                     })
                 }
                 Ok(PageKind::Solution(chapter)) => Ok(behind_the_gate(&page.content, &chapter)),
@@ -105,6 +118,23 @@ impl Preprocessor for WorkbookPages {
         }
         Ok(book)
     }
+}
+
+/// The key of mdbook-quiz's table in `book.toml`: when it is there, mdbook-quiz shows the
+/// questions.
+pub const MDBOOK_QUIZ: &str = "preprocessor.quiz";
+
+/// The path from the directory `from` to `to`, with `/` between its parts, found from their
+/// parts alone (both are under the book's directory).
+fn relative(from: &Path, to: &Path) -> String {
+    let from: Vec<Component> = from.components().collect();
+    let to: Vec<Component> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let up = std::iter::repeat_n("..".to_string(), from.len() - common);
+    let down = to[common..]
+        .iter()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    up.chain(down).collect::<Vec<_>>().join("/")
 }
 
 /// A heading line outside code: its level and its text.
@@ -301,60 +331,158 @@ mod tests {
     }
 }
 
-/// A chapter's self-check questions, as mdbook-quiz writes them.
+/// A chapter's self-check questions in mdbook-quiz 0.5.0's format (its crate
+/// `mdbook-quiz-schema`): every field that format has is read, and a field it does not have is an
+/// error (a misspelt key is not silently dropped).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Quiz {
     /// The questions, in order.
     pub questions: Vec<Question>,
+    /// The shared text of each multipart group, by key (not shown by the built-in renderer).
+    pub multipart: Option<BTreeMap<String, String>>,
 }
 
-/// One question.
+/// One question: its `type`, with that type's prompt and answer.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Question {
-    /// mdbook-quiz's question type; only `MultipleChoice` is rendered.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The question and its wrong answers.
-    pub prompt: Prompt,
+#[serde(tag = "type")]
+pub enum Question {
+    /// The reader picks the right answer among wrong ones.
+    MultipleChoice(Fields<ChoicePrompt, ChoiceAnswer>),
+    /// The reader types the answer (mdbook-quiz only).
+    ShortAnswer(Fields<ShortAnswerPrompt, ShortAnswerAnswer>),
+    /// The reader says whether a Rust program compiles and what it prints (mdbook-quiz only).
+    Tracing(Fields<TracingPrompt, TracingAnswer>),
+}
+
+/// The fields every type of question has.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Fields<P, A> {
+    /// mdbook-quiz's id of the question (it writes one into every question it reads); unused here.
+    pub id: Option<String>,
+    /// The question's multipart group: a key of [`Quiz::multipart`].
+    pub multipart: Option<String>,
+    /// The question.
+    pub prompt: P,
     /// The right answer.
-    pub answer: Answer,
-    /// The explanation shown once the question is answered (Markdown).
-    pub context: String,
+    pub answer: A,
+    /// The explanation shown once the question is answered (Markdown); the workbook requires it.
+    pub context: Option<String>,
+    /// Whether mdbook-quiz asks the reader to justify the answer in writing.
+    pub prompt_explanation: Option<bool>,
 }
 
-/// A question's prompt.
+/// A multiple-choice question's prompt.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prompt {
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChoicePrompt {
     /// The question (inline Markdown: `code` and plain text).
     pub prompt: String,
     /// The wrong answers.
     pub distractors: Vec<String>,
+    /// Where the right answer goes among the choices (0 = first), instead of a place of our choosing.
+    pub answer_index: Option<usize>,
+    /// Whether the choices are shown sorted by their text.
+    pub sort_answers: Option<bool>,
 }
 
-/// A question's answer.
+/// A multiple-choice question's answer.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Answer {
+pub struct ChoiceAnswer {
+    /// The right answer, or a list of right answers.
+    pub answer: Answers,
+}
+
+/// One right answer, or a list of them ("pick all that apply").
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Answers {
+    /// The right answer.
+    One(String),
+    /// Every right answer.
+    All(Vec<String>),
+}
+
+/// A short-answer question's prompt.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShortAnswerPrompt {
+    /// The question.
+    pub prompt: String,
+    /// How the answer is typed.
+    pub response: Option<ResponseFormat>,
+}
+
+/// How a short answer is typed.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseFormat {
+    /// One line.
+    Short,
+    /// Several lines.
+    Long,
+    /// Code, in an editor.
+    Code,
+}
+
+/// A short-answer question's answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShortAnswerAnswer {
     /// The right answer.
     pub answer: String,
+    /// Other right answers.
+    pub alternatives: Option<Vec<String>>,
+}
+
+/// A tracing question's prompt.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingPrompt {
+    /// The Rust program to trace.
+    pub program: String,
+}
+
+/// A tracing question's answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TracingAnswer {
+    /// Whether the program compiles.
+    pub does_compile: bool,
+    /// What it prints, when it compiles.
+    pub stdout: Option<String>,
+    /// The line of the error, when it does not.
+    pub line_number: Option<usize>,
 }
 
 /// The fewest and the most questions a chapter's quiz may have.
 pub const QUESTIONS: std::ops::RangeInclusive<usize> = 3..=5;
 
+impl Question {
+    /// The fields every type has.
+    fn common(&self) -> (&Option<String>, &Option<String>, &Option<String>) {
+        match self {
+            Question::MultipleChoice(q) => (&q.id, &q.multipart, &q.context),
+            Question::ShortAnswer(q) => (&q.id, &q.multipart, &q.context),
+            Question::Tracing(q) => (&q.id, &q.multipart, &q.context),
+        }
+    }
+}
+
 impl Quiz {
-    /// Reads and checks a quiz file: 3 to 5 `MultipleChoice` questions, each with at least one
-    /// wrong answer.
+    /// Reads and checks a quiz file (see [`Quiz::parse`]); errors name the file.
     pub fn load(path: &Path) -> Result<Quiz> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Quiz::parse(&text).with_context(|| format!("{} is not a usable quiz", path.display()))
     }
 
-    /// Parses and checks the text of a quiz file.
+    /// Parses and checks the text of a quiz file: 3 to 5 questions, each with a `context`, no two
+    /// with one id, and what mdbook-quiz itself checks of a multiple-choice question (wrong
+    /// answers, a right one, `prompt.answerIndex` among the choices and not with
+    /// `prompt.sortAnswers`) and of a multipart key. Errors name the question by its number.
     pub fn parse(text: &str) -> Result<Quiz> {
         let quiz: Quiz = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
         if !QUESTIONS.contains(&quiz.questions.len()) {
@@ -365,45 +493,103 @@ impl Quiz {
                 QUESTIONS.end()
             );
         }
+        let mut ids = BTreeMap::new();
         for (i, q) in quiz.questions.iter().enumerate() {
-            if q.kind != "MultipleChoice" {
-                bail!(
-                    "question {} is of type {:?}; only \"MultipleChoice\" is supported",
-                    i + 1,
-                    q.kind
-                );
+            let n = i + 1;
+            let (id, multipart, context) = q.common();
+            if context.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                bail!("question {n} has no context: every question explains its answer");
             }
+            if let Some(id) = id
+                && let Some(first) = ids.insert(id.as_str(), n)
+            {
+                bail!("questions {first} and {n} have the same id {id:?}");
+            }
+            if let Some(key) = multipart
+                && !quiz.multipart.as_ref().is_some_and(|m| m.contains_key(key))
+            {
+                bail!("question {n} is in multipart group {key:?}, which [multipart] lacks");
+            }
+            let Question::MultipleChoice(q) = q else {
+                continue;
+            };
             if q.prompt.distractors.is_empty() {
-                bail!(
-                    "question {} has no wrong answers (prompt.distractors)",
-                    i + 1
-                );
+                bail!("question {n} has no wrong answers (prompt.distractors)");
+            }
+            if matches!(&q.answer.answer, Answers::All(all) if all.is_empty()) {
+                bail!("question {n} has an empty list of right answers (answer.answer)");
+            }
+            if let Some(at) = q.prompt.answer_index {
+                if at > q.prompt.distractors.len() {
+                    bail!(
+                        "question {n}: prompt.answerIndex = {at}, but there are only {} choices",
+                        q.prompt.distractors.len() + 1
+                    );
+                }
+                if q.prompt.sort_answers.is_some() {
+                    bail!("question {n} has both prompt.answerIndex and prompt.sortAnswers");
+                }
             }
         }
         Ok(quiz)
     }
 
-    /// The questions as the page shows them: a heading, then per question its prompt, its
-    /// choices (the right one at a place that depends on the prompt) and its hidden explanation.
-    pub fn render(&self, chapter: &str) -> String {
+    /// The questions as the built-in renderer shows them: a heading, then per question its
+    /// prompt, its choices and its hidden explanation. The right answer goes at
+    /// `prompt.answerIndex`, or with `prompt.sortAnswers` the choices are sorted, or else it
+    /// goes at a place that depends on the prompt. Errors name a question of a kind it cannot
+    /// show (mdbook-quiz can: see the instructors' guide).
+    pub fn render(&self, chapter: &str) -> Result<String> {
+        const ONLY: &str = "the built-in renderer shows one-answer MultipleChoice questions only \
+                            (mdbook-quiz shows the rest: see \"Self-check questions\" in \
+                            book/src/instructors.md)";
         let mut out = String::from(
             "## Check yourself\n\n\
              Answer before you scroll on: each question explains itself once answered.\n\n",
         );
         for (i, q) in self.questions.iter().enumerate() {
+            let n = i + 1;
+            let q = match q {
+                Question::MultipleChoice(q) => q,
+                Question::ShortAnswer(_) => {
+                    bail!("question {n} is a ShortAnswer (a typed answer); {ONLY}")
+                }
+                Question::Tracing(_) => {
+                    bail!("question {n} is a Tracing question (a program to trace); {ONLY}")
+                }
+            };
+            let answer = match &q.answer.answer {
+                Answers::One(answer) => answer,
+                Answers::All(all) if all.len() == 1 => &all[0],
+                Answers::All(all) => bail!(
+                    "question {n} has {} right answers (\"pick all that apply\"); {ONLY}",
+                    all.len()
+                ),
+            };
+            if let Some(key) = &q.multipart {
+                bail!("question {n} is in multipart group {key:?}; {ONLY}");
+            }
+            if q.prompt_explanation == Some(true) {
+                bail!("question {n} asks for a written justification (promptExplanation); {ONLY}");
+            }
             let mut choices: Vec<(&str, bool)> = q
                 .prompt
                 .distractors
                 .iter()
                 .map(|d| (d.as_str(), false))
                 .collect();
-            let at = fnv1a(&q.prompt.prompt) as usize % (choices.len() + 1);
-            choices.insert(at, (q.answer.answer.as_str(), true));
+            let at = q
+                .prompt
+                .answer_index
+                .unwrap_or_else(|| fnv1a(&q.prompt.prompt) as usize % (choices.len() + 1));
+            choices.insert(at, (answer.as_str(), true));
+            if q.prompt.sort_answers == Some(true) {
+                choices.sort();
+            }
             out.push_str(&format!(
                 "<div class=\"wb-question\" id=\"wb-question-{chapter}-{n}\">\n\
                  <p class=\"wb-prompt\"><strong>Question {n}.</strong> {prompt}</p>\n\
                  <div class=\"wb-choices\">\n",
-                n = i + 1,
                 prompt = inline(&q.prompt.prompt)
             ));
             for (text, right) in choices {
@@ -416,11 +602,11 @@ impl Quiz {
                 "</div>\n<p class=\"wb-verdict\" hidden></p>\n\
                  <div class=\"wb-explanation\" hidden>\n\n\
                  **The answer: {}.** {}\n\n</div>\n</div>\n\n",
-                q.answer.answer.trim_end_matches('.'),
-                q.context.trim()
+                answer.trim_end_matches('.'),
+                q.context.as_deref().unwrap_or_default().trim()
             ));
         }
-        out
+        Ok(out)
     }
 }
 
@@ -473,10 +659,38 @@ mod quiz_tests {
                        prompt.prompt = \"What is `x`?\"\nanswer.answer = \"2 MiB\"\n\
                        prompt.distractors = [\"<b>\", \"20 MiB\"]\ncontext = \"Because.\"\n";
 
+    /// Three questions: `ONE` with `line` added to the second (a key of its table), twice.
+    fn with_second(line: &str) -> String {
+        format!("{ONE}{ONE}{line}\n{ONE}")
+    }
+
+    fn parse_error(text: &str) -> String {
+        format!("{:#}", Quiz::parse(text).unwrap_err())
+    }
+
+    fn render_error(text: &str) -> String {
+        let quiz = Quiz::parse(text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        format!("{:#}", quiz.render("ch01-x").unwrap_err())
+    }
+
+    /// The choices of question `n` (from 1) in rendered HTML, with whether each is right.
+    fn choices(html: &str, n: usize) -> Vec<(String, bool)> {
+        let question = html.split("class=\"wb-question\"").nth(n).unwrap();
+        question
+            .split("<button type=\"button\" class=\"wb-choice\" data-right=\"")
+            .skip(1)
+            .map(|b| {
+                let (right, rest) = b.split_once("\">").unwrap();
+                let text = rest.split_once("</button>").unwrap().0;
+                (text.to_string(), right == "true")
+            })
+            .collect()
+    }
+
     #[test]
     fn a_quiz_renders_every_choice_once_and_hides_the_explanation() {
         let quiz = Quiz::parse(&ONE.repeat(3)).unwrap();
-        let html = quiz.render("ch01-x");
+        let html = quiz.render("ch01-x").unwrap();
         assert_eq!(html.matches("class=\"wb-question\"").count(), 3);
         assert_eq!(html.matches("data-right=\"true\"").count(), 3);
         assert_eq!(html.matches("data-right=\"false\"").count(), 6);
@@ -490,12 +704,111 @@ mod quiz_tests {
     }
 
     #[test]
-    fn too_few_questions_or_another_type_is_an_error() {
-        let err = Quiz::parse(ONE).unwrap_err();
-        assert!(err.to_string().contains("1 questions"), "{err}");
-        let other = ONE.replace("MultipleChoice", "ShortAnswer").repeat(3);
-        let err = Quiz::parse(&other).unwrap_err();
-        assert!(err.to_string().contains("ShortAnswer"), "{err}");
+    fn too_few_questions_or_an_unknown_type_is_an_error() {
+        assert!(parse_error(ONE).contains("1 questions"));
+        let other = ONE.replace("MultipleChoice", "Essay").repeat(3);
+        let err = parse_error(&other);
+        assert!(err.contains("unknown variant `Essay`"), "{err}");
+    }
+
+    #[test]
+    fn the_ids_mdbook_quiz_writes_are_read_and_must_differ() {
+        let id = "id = \"b230bed3-d6ba-4048-8b06-aa655d837b04\"";
+        let quiz = Quiz::parse(&with_second(id)).unwrap();
+        let html = quiz.render("ch01-x").unwrap();
+        assert!(!html.contains("b230bed3"), "the id is not shown");
+        let twice = format!("{ONE}{id}\n{ONE}{id}\n{ONE}");
+        assert!(parse_error(&twice).contains("questions 1 and 2 have the same id"));
+    }
+
+    #[test]
+    fn a_key_outside_mdbook_quizs_format_is_an_error_naming_it() {
+        let err = parse_error(&with_second("prompt.distractor = [\"x\"]"));
+        assert!(err.contains("unknown field `distractor`"), "{err}");
+    }
+
+    #[test]
+    fn a_question_without_context_or_wrong_answers_is_an_error() {
+        let bare = ONE.replace("context = \"Because.\"\n", "");
+        let err = parse_error(&format!("{ONE}{bare}{ONE}"));
+        assert!(err.contains("question 2 has no context"), "{err}");
+        let none = ONE.replace("[\"<b>\", \"20 MiB\"]", "[]");
+        let err = parse_error(&format!("{ONE}{ONE}{none}"));
+        assert!(err.contains("question 3 has no wrong answers"), "{err}");
+    }
+
+    #[test]
+    fn answer_index_places_the_answer_and_sort_answers_sorts() {
+        let quiz = Quiz::parse(&with_second("prompt.answerIndex = 2")).unwrap();
+        let html = quiz.render("ch01-x").unwrap();
+        let at: Vec<bool> = choices(&html, 2).into_iter().map(|c| c.1).collect();
+        assert_eq!(at, [false, false, true]);
+        let quiz = Quiz::parse(&with_second("prompt.sortAnswers = true")).unwrap();
+        let texts: Vec<String> = choices(&quiz.render("ch01-x").unwrap(), 2)
+            .into_iter()
+            .map(|c| c.0)
+            .collect();
+        assert_eq!(texts, ["2 MiB", "20 MiB", "&lt;b&gt;"]);
+        let err = parse_error(&with_second("prompt.answerIndex = 3"));
+        assert!(err.contains("question 2: prompt.answerIndex = 3"), "{err}");
+        let both = with_second("prompt.answerIndex = 0\nprompt.sortAnswers = true");
+        assert!(parse_error(&both).contains("both prompt.answerIndex and prompt.sortAnswers"));
+    }
+
+    #[test]
+    fn a_list_of_one_right_answer_renders_and_of_several_is_refused() {
+        let one = ONE.replace("\"2 MiB\"\n", "[\"2 MiB\"]\n");
+        let html = Quiz::parse(&one.repeat(3)).unwrap().render("ch01-x");
+        assert_eq!(html.unwrap().matches("data-right=\"true\"").count(), 3);
+        let two = ONE.replace("\"2 MiB\"\n", "[\"2 MiB\", \"2048 KiB\"]\n");
+        let err = render_error(&format!("{ONE}{ONE}{two}"));
+        assert!(
+            err.contains("question 3 has 2 right answers (\"pick all that apply\")"),
+            "{err}"
+        );
+        let none = ONE.replace("\"2 MiB\"\n", "[]\n");
+        let err = parse_error(&format!("{none}{ONE}{ONE}"));
+        assert!(err.contains("question 1 has an empty list"), "{err}");
+    }
+
+    #[test]
+    fn short_answer_and_tracing_questions_are_read_but_not_rendered() {
+        let short = "[[questions]]\ntype = \"ShortAnswer\"\nid = \"s\"\n\
+                     prompt.prompt = \"Bytes in a small segment?\"\nprompt.response = \"short\"\n\
+                     answer.answer = \"2097152\"\nanswer.alternatives = [\"2 MiB\"]\n\
+                     context = \"2 MiB.\"\n";
+        let err = render_error(&format!("{ONE}{short}{ONE}"));
+        assert!(
+            err.contains("question 2 is a ShortAnswer") && err.contains("instructors.md"),
+            "{err}"
+        );
+        let tracing = "[[questions]]\ntype = \"Tracing\"\n\
+                       prompt.program = \"fn main() { println!(\\\"1\\\"); }\"\n\
+                       answer.doesCompile = true\nanswer.stdout = \"1\"\n\
+                       answer.lineNumber = 1\ncontext = \"It prints 1.\"\n";
+        let err = render_error(&format!("{ONE}{ONE}{tracing}"));
+        assert!(err.contains("question 3 is a Tracing question"), "{err}");
+    }
+
+    #[test]
+    fn multipart_and_prompt_explanation_are_read_but_not_rendered() {
+        let grouped = format!(
+            "[multipart]\nsetup = \"A fresh device.\"\n\n{}",
+            with_second("multipart = \"setup\"")
+        );
+        let err = render_error(&grouped);
+        assert!(
+            err.contains("question 2 is in multipart group \"setup\""),
+            "{err}"
+        );
+        let err = parse_error(&with_second("multipart = \"setup\""));
+        assert!(err.contains("which [multipart] lacks"), "{err}");
+        let err = render_error(&with_second("promptExplanation = true"));
+        assert!(
+            err.contains("question 2 asks for a written justification"),
+            "{err}"
+        );
+        assert!(Quiz::parse(&with_second("promptExplanation = false")).is_ok());
     }
 
     #[test]
@@ -504,5 +817,18 @@ mod quiz_tests {
         let out = with_quiz(page, "QUIZ\n");
         assert!(out.contains("text\n\nQUIZ\n## Exercises\n\nE"), "{out}");
         assert_eq!(with_quiz("# T\n", "QUIZ\n"), "# T\n\nQUIZ\n");
+    }
+
+    #[test]
+    fn the_quiz_path_is_relative_to_the_page() {
+        let quiz = Path::new("/r/book/quizzes/ch01.toml");
+        assert_eq!(
+            relative(Path::new("/r/book/src"), quiz),
+            "../quizzes/ch01.toml"
+        );
+        assert_eq!(
+            relative(Path::new("/r/book/src/part"), quiz),
+            "../../quizzes/ch01.toml"
+        );
     }
 }
