@@ -171,6 +171,7 @@ pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffe
     if n == 0 {
         return Ok(total);
     }
+    let span = dev.inner.activity.start();
     if dev.is_cuda() {
         let kernel = format!("sum_{}", T::DTYPE);
         let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64), Arg::Ptr(total.ptr())];
@@ -180,6 +181,10 @@ pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffe
         let (xs, t) = unsafe { (host(x), host_mut(&mut total)) };
         t[0] = xs.iter().map(|v| v.to_f32() as f64).sum();
     }
+    let kind = crate::activity::WorkKind::Kernel;
+    dev.inner
+        .activity
+        .finish(span, kind, op, 0, x.size_bytes(), None);
     Ok(total)
 }
 
