@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Where the lanes begin: their names are written left of it.
-const LANES_LEFT: f64 = 200.0;
+const LANES_LEFT: f64 = 230.0;
 const LANES_RIGHT: f64 = WIDTH - 24.0;
 const LANE: f64 = 34.0;
 const BAR: f64 = 22.0;
