@@ -143,3 +143,39 @@ fn nothing_is_recorded_while_off_and_turning_it_off_forgets() {
     dev.record_activity(false);
     assert!(dev.activity().is_empty());
 }
+
+#[test]
+fn the_activity_stays_out_of_the_snapshot_and_its_pickle() {
+    let dev = gpumem::testing::device();
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, with_activity) = (dir.path().join("a.pickle"), dir.path().join("b.pickle"));
+    let run = |activity: bool, file: &std::path::Path| {
+        dev.empty_cache();
+        dev.record_memory_history(true);
+        dev.record_activity(activity);
+        let pinned = dev.alloc_pinned::<u8>(100).unwrap();
+        let buf = dev.from_slice(&[1.0f32; 64]).unwrap();
+        drop(pinned);
+        // Addresses and times differ between runs: compare what is written, not the bytes.
+        let snapshot = dev.snapshot();
+        dev.dump_snapshot(file).unwrap();
+        drop(buf);
+        dev.record_activity(false);
+        dev.record_memory_history(false);
+        snapshot
+            .trace
+            .iter()
+            .map(|e| (e.action, e.size))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(false, &plain), run(true, &with_activity));
+    let pickle = std::fs::read(&with_activity).unwrap();
+    assert!(!std::fs::read(&plain).unwrap().is_empty());
+    // (The frames name this file, activity.rs: look for the record's own keys.)
+    for key in ["pinned_block", "host_to_device", "start_ns"] {
+        assert!(
+            !pickle.windows(key.len()).any(|w| w == key.as_bytes()),
+            "{key} in the pickle"
+        );
+    }
+}
