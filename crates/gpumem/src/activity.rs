@@ -9,6 +9,12 @@
 //! inside the call, so that is when it ran; on a GPU an asynchronous call returns once the work is
 //! queued, and the span is the issue, not the GPU's run.
 //!
+//! Recorded: every copy between host and device or within the device (pinned or not), and the
+//! kernels of `alloc`'s zeroing, GEMM, and the element-wise ops and reductions built on the
+//! shared helpers of [`crate::ops`] (`relu`, `cast`, `scale`, `axpy`, `sum`, `mse_loss`, ...).
+//! Not yet: the kernels written apart from those helpers (`add_bias`, `col_sum_into`,
+//! `unscale_and_check`, `zero`, and those of the autograd ops and the optimizers).
+//!
 //! This record is gpumem's own: torch's memory snapshot has no pinned host memory and no kernels,
 //! so it is kept beside the snapshot, never in it (a snapshot pickle stays what PyTorch's viewer
 //! reads).
@@ -223,6 +229,17 @@ impl ActivityLog {
         });
     }
 
+    /// A kernel on the default stream from now until the returned guard is dropped (none while
+    /// off): for ops with several ways out.
+    pub(crate) fn kernel(&self, name: &'static str, bytes: usize) -> KernelSpan<'_> {
+        KernelSpan {
+            log: self,
+            start: self.start(),
+            name,
+            bytes,
+        }
+    }
+
     /// Records an event of the pinned host allocator, with its counters after it.
     pub(crate) fn host(
         &self,
@@ -259,5 +276,21 @@ impl ActivityLog {
             tick,
             label: label.to_string(),
         });
+    }
+}
+
+/// A kernel being recorded: the span ends when this is dropped.
+pub(crate) struct KernelSpan<'a> {
+    log: &'a ActivityLog,
+    start: Option<SpanStart>,
+    name: &'static str,
+    bytes: usize,
+}
+
+impl Drop for KernelSpan<'_> {
+    fn drop(&mut self) {
+        let start = self.start.take();
+        self.log
+            .finish(start, WorkKind::Kernel, self.name, 0, self.bytes, None);
     }
 }

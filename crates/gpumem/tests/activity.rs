@@ -179,3 +179,28 @@ fn the_activity_stays_out_of_the_snapshot_and_its_pickle() {
         );
     }
 }
+
+#[test]
+fn an_op_records_the_zeroing_of_its_output_then_its_kernel_one_after_the_other() {
+    let dev = gpumem::testing::device();
+    let a = dev.from_slice(&[1.0f32; 6]).unwrap();
+    let b = dev.from_slice(&[2.0f32; 12]).unwrap();
+    dev.record_activity(true);
+    let r = gpumem::ops::relu(&a).unwrap();
+    let c = gpumem::ops::matmul(&a, &b, gpumem::ops::MatMul::new(2, 3, 4)).unwrap();
+    let activity = dev.activity();
+    dev.record_activity(false);
+    assert_eq!((r.len(), c.len()), (6, 8));
+    assert_eq!(
+        spans(&activity.work),
+        [
+            (WorkKind::Kernel, "zero", 0, 24, false),
+            (WorkKind::Kernel, "relu", 0, 24, false),
+            (WorkKind::Kernel, "zero", 0, 32, false),
+            (WorkKind::Kernel, "matmul", 0, 32, false),
+        ]
+    );
+    for w in activity.work.windows(2) {
+        assert!(w[0].end < w[1].start, "{w:?}");
+    }
+}
