@@ -291,8 +291,8 @@ impl Device {
     }
 
     /// Starts (`true`) or stops and forgets (`false`) recording the pinned host allocator's
-    /// events and every copy and kernel with its stream ([`crate::activity`]). gpumem's own
-    /// record, beside the memory history: torch's snapshot holds neither.
+    /// events and the copies and kernels with their streams ([`crate::activity`] says which).
+    /// gpumem's own record, beside the memory history: torch's snapshot holds neither.
     pub fn record_activity(&self, enabled: bool) {
         self.inner.activity.set_enabled(enabled);
     }

@@ -151,7 +151,7 @@ fn streams(activity: &Activity) -> Figure {
     )];
     for s in &streams {
         let n = work.iter().filter(|w| w.stream == *s).count();
-        summary.push(format!("stream {s}: {n}"));
+        summary.push(format!("{n} on stream {s}"));
     }
     let mut legend = vec![
         (TO_DEVICE, TO_DEVICE, "copy host→device"),
@@ -669,7 +669,7 @@ mod tests {
     fn the_stream_lanes_name_each_stream_and_say_what_the_spans_are_on_cpu() {
         let svg = streams_svg(&two_batches()).unwrap();
         assert!(svg.contains("Streams · cpu"));
-        assert!(svg.contains("4 calls: 2 copies, 2 kernels · stream 0: 2 · stream 1: 2"));
+        assert!(svg.contains("4 calls: 2 copies, 2 kernels · 2 on stream 0 · 2 on stream 1"));
         assert!(svg.contains(">stream 0</text>") && svg.contains(">stream 1</text>"));
         assert!(svg.contains("default stream: compute") && svg.contains("a side stream: copies"));
         // The block is named as the pictures number it, from 1.
