@@ -505,6 +505,211 @@
         }
     }
 
+    // The activity of a chapter whose walkthrough used pinned memory (`activity` in its
+    // history.json: `work` rows [start, end, kind, name, stream, bytes, block], `host` rows
+    // [tick, action, block, size, requested, allocated, reserved]): one lane per stream and one
+    // per pinned block the copies used, stepped through call by call; hovering, tapping or
+    // focusing a span says what it was. Placed on the axis as the static picture places them:
+    // by the recorded order, never by time.
+    var KIND_WORDS = { host_to_device: 'copy host→device', device_to_host: 'copy device→host',
+                       device_to_device: 'copy device→device' };
+
+    function describeCall(w) {
+        var what = KIND_WORDS[w[2]] || 'kernel ' + w[3];
+        var words = what + ' ' + size(w[5]) + ' on stream ' + w[4];
+        if (w[6] !== null) {
+            words += (w[2] === 'device_to_host' ? ' into' : ' from') + ' pinned block ' + w[6];
+        }
+        return words;
+    }
+
+    // Each call's [start, end] on the axis: its ends in order, one step apart, a call that begins
+    // right after another returned sharing that one's end.
+    function callPositions(work) {
+        var ends = [];
+        work.forEach(function (w, i) {
+            ends.push([w[0], 1, i], [w[1], 0, i]);
+        });
+        ends.sort(function (a, b) {
+            return a[0] - b[0];
+        });
+        var at = work.map(function () {
+            return [0, 0];
+        });
+        var pos = 0;
+        var previous = null;
+        ends.forEach(function (e) {
+            if (previous !== null && !(previous === 0 && e[1] === 1)) {
+                pos += 1;
+            }
+            at[e[2]][e[1] === 1 ? 0 : 1] = pos;
+            previous = e[1];
+        });
+        return { at: at, domain: Math.max(pos, 1) };
+    }
+
+    function buildActivityView(activity, after) {
+        var work = activity.work;
+        var last = work.length - 1;
+        var placed = callPositions(work);
+        var view = element('section', 'wb-memview wb-actview');
+        view.setAttribute('aria-label', 'The copies and kernels, call by call');
+        view.appendChild(element('p', 'wb-mv-title', 'Step through the ' + work.length
+            + ' copies and kernels (' + activity.device + ')'));
+        var controls = element('div', 'wb-mv-controls');
+        var previous = element('button', 'wb-mv-previous', '◀ previous');
+        var next = element('button', 'wb-mv-next', 'next ▶');
+        var slider = element('input', 'wb-mv-slider');
+        slider.type = 'range';
+        slider.min = '0';
+        slider.max = String(last);
+        slider.setAttribute('aria-label', 'call');
+        var count = element('span', 'wb-mv-count');
+        controls.append(previous, slider, next, count);
+        view.appendChild(controls);
+        var said = element('p', 'wb-mv-event');
+        said.setAttribute('aria-live', 'polite');
+        view.appendChild(said);
+        var streams = [];
+        var blocks = [];
+        work.forEach(function (w) {
+            if (streams.indexOf(w[4]) < 0) {
+                streams.push(w[4]);
+            }
+            if (w[6] !== null && blocks.indexOf(w[6]) < 0) {
+                blocks.push(w[6]);
+            }
+        });
+        streams.sort(function (a, b) {
+            return a - b;
+        });
+        var info = element('p', 'wb-mv-block-info',
+                           'Hover over or tap a span for what it was: stream, bytes, pinned block.');
+        info.setAttribute('aria-live', 'polite');
+        var spans = [];
+        var lane = function (name, calls, block) {
+            var row = element('div', 'wb-av-lane');
+            row.appendChild(element('div', 'wb-mv-segment-name', name));
+            var bar = element('div', 'wb-mv-bar wb-av-bar');
+            row.appendChild(bar);
+            if (block !== undefined) {
+                // The block in use, from its last alloc or reuse before the first call to the
+                // end (or its free).
+                var using = calls.map(function (i) {
+                    return placed.at[i];
+                });
+                var life = element('div', 'wb-av-inuse');
+                life.style.left = (100 * Math.min.apply(null, using.map(function (p) {
+                    return p[0];
+                })) / placed.domain).toFixed(3) + '%';
+                life.style.right = '0';
+                bar.appendChild(life);
+            }
+            calls.forEach(function (i) {
+                var w = work[i];
+                var span = element('div', 'wb-av-span wb-av-' + w[2]);
+                span.style.left = (100 * placed.at[i][0] / placed.domain).toFixed(3) + '%';
+                span.style.width = (100 * (placed.at[i][1] - placed.at[i][0]) / placed.domain)
+                    .toFixed(3) + '%';
+                span.tabIndex = 0;
+                span.setAttribute('role', 'button');
+                var words = 'Call ' + (i + 1) + ': ' + describeCall(w);
+                span.setAttribute('aria-label', words);
+                var show = function () {
+                    info.textContent = words;
+                    view.querySelectorAll('.wb-mv-shown').forEach(function (other) {
+                        other.classList.remove('wb-mv-shown');
+                    });
+                    span.classList.add('wb-mv-shown');
+                };
+                span.addEventListener('mouseenter', show);
+                span.addEventListener('focus', show);
+                span.addEventListener('click', function () {
+                    show();
+                    view.go(i);
+                });
+                span.setAttribute('data-call', String(i));
+                spans.push(span);
+                bar.appendChild(span);
+            });
+            view.appendChild(row);
+        };
+        streams.forEach(function (s) {
+            var calls = [];
+            work.forEach(function (w, i) {
+                if (w[4] === s) {
+                    calls.push(i);
+                }
+            });
+            lane('stream ' + s + (s === 0 ? ' · default stream: compute' : ' · a side stream'),
+                 calls);
+        });
+        blocks.forEach(function (b) {
+            var calls = [];
+            var bytes = 0;
+            work.forEach(function (w, i) {
+                if (w[6] === b) {
+                    calls.push(i);
+                }
+            });
+            (activity.host || []).forEach(function (e) {
+                if (e[2] === b) {
+                    bytes = e[3];
+                }
+            });
+            lane('pinned block ' + b + ' · host memory, ' + size(bytes), calls, b);
+        });
+        var legend = element('p', 'wb-mv-legend');
+        [['wb-av-host_to_device', 'copy host→device'], ['wb-av-device_to_host', 'copy device→host'],
+         ['wb-av-kernel', 'kernel'], ['wb-av-inuse', 'pinned block in use']]
+            .forEach(function (k) {
+                var item = element('span', 'wb-mv-key');
+                item.append(element('span', 'wb-mv-swatch ' + k[0]), document.createTextNode(k[1]));
+                legend.appendChild(item);
+            });
+        view.appendChild(legend);
+        view.appendChild(info);
+        view.appendChild(element('p', 'wb-av-note', activity.device === 'cpu'
+            ? 'On the cpu device each copy and kernel runs when issued: nothing overlaps. On a GPU '
+              + 'the side-stream copies would run under the compute.'
+            : 'Each span is a call, from its start to its return: on a GPU a queued copy or kernel '
+              + 'runs later, and gpumem records no GPU times.'));
+        var current = 0;
+        view.go = function (i) {
+            current = Math.max(0, Math.min(last, i));
+            slider.value = String(current);
+            count.textContent = 'call ' + (current + 1) + ' of ' + work.length;
+            previous.disabled = current === 0;
+            next.disabled = current === last;
+            said.textContent = 'Call ' + (current + 1) + ': ' + describeCall(work[current]);
+            view.setAttribute('data-call', String(current));
+            spans.forEach(function (span) {
+                span.classList.toggle('wb-av-current',
+                                      span.getAttribute('data-call') === String(current));
+            });
+        };
+        previous.addEventListener('click', function () {
+            view.go(current - 1);
+        });
+        next.addEventListener('click', function () {
+            view.go(current + 1);
+        });
+        slider.addEventListener('input', function () {
+            view.go(Number(slider.value));
+        });
+        view.addEventListener('keydown', function (e) {
+            var step = { ArrowLeft: -1, ArrowRight: 1 }[e.key];
+            if (step === undefined || e.altKey || e.ctrlKey || e.metaKey) {
+                return;
+            }
+            e.preventDefault();
+            e.stopPropagation();
+            view.go(current + step);
+        });
+        after.insertAdjacentElement('afterend', view);
+        view.go(0);
+    }
+
     function addHistoryViews() {
         document.querySelectorAll('.content img[src^="pictures/"][src$="-timeline.svg"]')
             .forEach(function (img) {
@@ -522,6 +727,12 @@
                 }).then(function (history) {
                     if (history !== null && history.trace.length > 0) {
                         buildView(history, after);
+                    }
+                    var streams = document.querySelector('.content img[src="pictures/' + chapter
+                        + '-streams.svg"]');
+                    if (history !== null && history.activity && history.activity.work.length > 0
+                        && streams !== null) {
+                        buildActivityView(history.activity, streams.closest('p') || streams);
                     }
                 }).catch(function () {
                     // Opened from the disk (file://) or offline: the static pictures stay alone.

@@ -1,5 +1,6 @@
 //! `Buffer<T>`: device memory from the caching allocator. Dropping it is Rust's `del`.
 
+use crate::activity::WorkKind;
 use crate::allocator::{Allocation, PendingUse, StreamId};
 use crate::backend::{DevicePtr, RawStream};
 use crate::device::Device;
@@ -92,12 +93,16 @@ impl Device {
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         let buf = self.buffer::<T>(len, RawStream(0))?;
         if len > 0 {
+            let span = self.inner.activity.start();
             // SAFETY: the block is ours and holds at least size_bytes bytes.
             unsafe {
                 self.inner
                     .backend
                     .memset_zero(buf.ptr(), buf.size_bytes(), RawStream(0))?
             };
+            self.inner
+                .activity
+                .finish(span, WorkKind::Kernel, "zero", 0, buf.size_bytes(), None);
         }
         Ok(buf)
     }
@@ -124,12 +129,17 @@ impl Stream {
         let dev = self.device();
         let buf = dev.buffer::<T>(len, self.raw())?;
         if len > 0 {
+            let span = dev.inner.activity.start();
             // SAFETY: the block is ours and holds at least size_bytes bytes.
             unsafe {
                 dev.inner
                     .backend
                     .memset_zero(buf.ptr(), buf.size_bytes(), self.raw())?
             };
+            let bytes = buf.size_bytes();
+            dev.inner
+                .activity
+                .finish(span, WorkKind::Kernel, "zero", self.id().0, bytes, None);
         }
         Ok(buf)
     }
@@ -216,6 +226,7 @@ impl<T: Element> Buffer<T> {
         let n = self.size_bytes();
         if n > 0 {
             let dev = self.device();
+            let span = dev.inner.activity.start();
             // SAFETY: both ranges hold n bytes; the copy is synchronous.
             unsafe {
                 dev.inner.backend.copy_dtoh(
@@ -226,6 +237,8 @@ impl<T: Element> Buffer<T> {
                     false,
                 )?
             };
+            let log = &dev.inner.activity;
+            log.finish(span, WorkKind::DeviceToHost, "copy", 0, n, None);
             dev.count(Direction::DeviceToHost, n, false);
         }
         Ok(())
@@ -237,6 +250,7 @@ impl<T: Element> Buffer<T> {
         let n = self.size_bytes();
         if n > 0 {
             let dev = self.device();
+            let span = dev.inner.activity.start();
             // SAFETY: both ranges hold n bytes; the copy is synchronous.
             unsafe {
                 dev.inner.backend.copy_htod(
@@ -247,6 +261,8 @@ impl<T: Element> Buffer<T> {
                     false,
                 )?
             };
+            let log = &dev.inner.activity;
+            log.finish(span, WorkKind::HostToDevice, "copy", 0, n, None);
             dev.count(Direction::HostToDevice, n, false);
         }
         Ok(())
@@ -265,12 +281,15 @@ impl<T: Element> Buffer<T> {
         let n = self.size_bytes();
         if n > 0 && !self.shares_memory_with(src) {
             let dev = self.device();
+            let span = dev.inner.activity.start();
             // SAFETY: both are live device buffers of n bytes.
             unsafe {
                 dev.inner
                     .backend
                     .copy_dtod(self.ptr(), src.ptr(), n, RawStream(0), false)?
             };
+            let log = &dev.inner.activity;
+            log.finish(span, WorkKind::DeviceToDevice, "copy", 0, n, None);
             dev.count(Direction::DeviceToDevice, n, false);
         }
         Ok(())

@@ -66,6 +66,8 @@ pub(crate) struct DeviceInner {
     pub(crate) allocator: CachingAllocator<Arc<dyn DeviceBackend>>,
     pub(crate) host: HostAllocator,
     pub(crate) transfers: TransferCounters,
+    /// Pinned host blocks, copies and kernels, while `record_activity` is on.
+    pub(crate) activity: crate::activity::ActivityLog,
     /// The CUDA backend itself, for the compute layer (cuBLAS, NVRTC); `None` on cpu.
     pub(crate) cuda: Option<Arc<crate::backend_cuda::CudaBackend>>,
     /// A malformed setting found when the device was opened, reported by every allocation.
@@ -179,6 +181,7 @@ impl Device {
                 host: HostAllocator::default(),
                 backend,
                 transfers: TransferCounters::default(),
+                activity: crate::activity::ActivityLog::new(kind.to_string()),
                 cuda,
                 setup_error,
             }),
@@ -284,6 +287,19 @@ impl Device {
     /// Does nothing while history is not recorded.
     pub fn record_annotation(&self, label: &str) {
         self.inner.allocator.record_annotation(label);
+        self.inner.activity.mark(label);
+    }
+
+    /// Starts (`true`) or stops and forgets (`false`) recording the pinned host allocator's
+    /// events and the copies and kernels with their streams ([`crate::activity`] says which).
+    /// gpumem's own record, beside the memory history: torch's snapshot holds neither.
+    pub fn record_activity(&self, enabled: bool) {
+        self.inner.activity.set_enabled(enabled);
+    }
+
+    /// What was recorded since `record_activity(true)`.
+    pub fn activity(&self) -> crate::activity::Activity {
+        self.inner.activity.activity()
     }
 
     /// Segments, blocks and the recorded trace (`torch.cuda.memory._snapshot`).
@@ -354,7 +370,9 @@ impl Device {
 
     /// Returns cached pinned host memory to the system (`torch._C._host_emptyCache`).
     pub fn empty_host_cache(&self) {
-        self.inner.host.empty_cache(self.inner.backend.as_ref());
+        self.inner
+            .host
+            .empty_cache(self.inner.backend.as_ref(), &self.inner.activity);
     }
 
     /// Zeroes the pinned host allocator's peaks and totals.

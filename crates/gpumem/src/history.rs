@@ -387,13 +387,15 @@ pub struct SnapshotRequest {
 }
 
 impl SnapshotRequest {
-    /// Reads `GPUMEM_SNAPSHOT`; when it names a file, starts recording `dev`'s history from here.
+    /// Reads `GPUMEM_SNAPSHOT`; when it names a file, starts recording `dev`'s history, and its
+    /// activity (pinned host blocks, copies and kernels), from here.
     pub fn from_env(dev: &crate::Device) -> SnapshotRequest {
         let file = std::env::var_os(SNAPSHOT_VAR)
             .filter(|f| !f.is_empty())
             .map(Into::into);
         if file.is_some() {
             dev.record_memory_history(true);
+            dev.record_activity(true);
         }
         SnapshotRequest { file }
     }
@@ -403,12 +405,21 @@ impl SnapshotRequest {
         self.file.is_some()
     }
 
-    /// Writes `dev`'s snapshot (segments now, and the history) to the file asked for, if any.
+    /// Writes `dev`'s snapshot (segments now, and the history) to the file asked for, if any;
+    /// the activity recorded goes beside them under the key `activity` (which
+    /// [`Snapshot::from_json`] passes over, and no pickle holds).
     pub fn write(&self, dev: &crate::Device) -> std::io::Result<()> {
         let Some(file) = &self.file else {
             return Ok(());
         };
-        std::fs::write(file, dev.snapshot().to_json()).map_err(|e| {
+        let mut json = serde_json::to_value(dev.snapshot()).map_err(std::io::Error::other)?;
+        let activity = dev.activity();
+        if let (false, Some(map)) = (activity.is_empty(), json.as_object_mut()) {
+            let activity = serde_json::to_value(activity).map_err(std::io::Error::other)?;
+            map.insert("activity".to_string(), activity);
+        }
+        let text = serde_json::to_string_pretty(&json).map_err(std::io::Error::other)?;
+        std::fs::write(file, text).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!("writing the snapshot to {}: {e}", file.display()),

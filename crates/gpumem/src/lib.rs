@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod activity;
 pub mod allocator;
 pub mod autograd;
 pub mod backend;
@@ -33,6 +34,7 @@ pub mod testing;
 pub mod trace;
 pub mod transfer;
 
+pub use activity::Activity;
 pub use allocator::{Allocation, CachingAllocator, StreamId};
 pub use backend::DeviceProperties;
 pub use buffer::{Buffer, Element};

@@ -1,6 +1,7 @@
 //! Pinned (page-locked) host memory through a caching host allocator, as torch's
 //! `CachingHostAllocator`: sizes round up to a power of two and freed blocks are kept for reuse.
 
+use crate::activity::{ActivityLog, HostAction, WorkKind};
 use crate::allocator::PendingUse;
 use crate::backend::{DeviceBackend, HostAllocation};
 use crate::buffer::{Buffer, Element};
@@ -32,6 +33,8 @@ pub struct HostMemoryStats {
 
 struct CachedHostBlock {
     alloc: HostAllocation,
+    /// The block's number (from 1, in the order blocks were taken from the system).
+    block: u64,
     /// Copies that may still read or write the block.
     pending: Vec<Event>,
 }
@@ -40,6 +43,8 @@ struct CachedHostBlock {
 struct HostState {
     free: BTreeMap<usize, Vec<CachedHostBlock>>,
     stats: HostMemoryStats,
+    /// The number the last block taken from the system got.
+    blocks_taken: u64,
 }
 
 /// One device's caching allocator for pinned host memory.
@@ -53,37 +58,56 @@ impl HostAllocator {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn malloc(&self, backend: &dyn DeviceBackend, size: usize) -> Result<HostAllocation> {
+    /// A block of `size` bytes (a power of two) for a request of `requested` bytes, and its number.
+    fn malloc(
+        &self,
+        backend: &dyn DeviceBackend,
+        log: &ActivityLog,
+        size: usize,
+        requested: usize,
+    ) -> Result<(HostAllocation, u64)> {
         let mut st = self.lock();
         let reused = st.free.get_mut(&size).and_then(|list| {
             let i = list
                 .iter()
                 .position(|b| b.pending.iter().all(PendingUse::is_done))?;
-            Some(list.swap_remove(i).alloc)
+            let b = list.swap_remove(i);
+            Some((b.alloc, b.block))
         });
-        let alloc = match reused {
-            Some(alloc) => alloc,
+        let (alloc, block, action) = match reused {
+            Some((alloc, block)) => (alloc, block, HostAction::Reuse),
             None => {
                 let alloc = backend.host_alloc(size)?;
                 st.stats.num_host_alloc += 1;
                 st.stats.segment.increase(1);
                 st.stats.reserved_bytes.increase(size as u64);
-                alloc
+                st.blocks_taken += 1;
+                (alloc, st.blocks_taken, HostAction::Alloc)
             }
         };
         st.stats.allocation.increase(1);
         st.stats.allocated_bytes.increase(size as u64);
-        Ok(alloc)
+        log.host(action, block, size, requested, &st.stats);
+        Ok((alloc, block))
     }
 
-    fn free(&self, alloc: HostAllocation, size: usize, pending: Vec<Event>) {
+    fn free(
+        &self,
+        log: &ActivityLog,
+        alloc: HostAllocation,
+        block: u64,
+        size: usize,
+        pending: Vec<Event>,
+    ) {
         let mut st = self.lock();
         st.stats.allocation.decrease(1);
         st.stats.allocated_bytes.decrease(size as u64);
-        st.free
-            .entry(size)
-            .or_default()
-            .push(CachedHostBlock { alloc, pending });
+        log.host(HostAction::Free, block, size, 0, &st.stats);
+        st.free.entry(size).or_default().push(CachedHostBlock {
+            alloc,
+            block,
+            pending,
+        });
     }
 
     pub(crate) fn stats(&self) -> HostMemoryStats {
@@ -110,7 +134,7 @@ impl HostAllocator {
         s.num_host_free = 0;
     }
 
-    pub(crate) fn empty_cache(&self, backend: &dyn DeviceBackend) {
+    pub(crate) fn empty_cache(&self, backend: &dyn DeviceBackend, log: &ActivityLog) {
         let mut st = self.lock();
         for (size, blocks) in std::mem::take(&mut st.free) {
             for block in blocks {
@@ -120,6 +144,7 @@ impl HostAllocator {
                 st.stats.num_host_free += 1;
                 st.stats.segment.decrease(1);
                 st.stats.reserved_bytes.decrease(size as u64);
+                log.host(HostAction::Release, block.block, size, 0, &st.stats);
             }
         }
     }
@@ -134,6 +159,8 @@ pub struct PinnedBuffer<T: Element> {
     alloc: HostAllocation,
     /// The block's size: `size_of::<T>() × len` rounded up to a power of two.
     block_size: usize,
+    /// The block's number in the device's pinned activity.
+    block: u64,
     len: usize,
     pending: Vec<Event>,
     _element: PhantomData<T>,
@@ -149,16 +176,19 @@ impl Device {
                 reason: format!("{len} elements overflow the address space"),
             })?;
         let block_size = bytes.max(1).next_power_of_two();
-        let alloc = self
-            .inner
-            .host
-            .malloc(self.inner.backend.as_ref(), block_size)?;
+        let (alloc, block) = self.inner.host.malloc(
+            self.inner.backend.as_ref(),
+            &self.inner.activity,
+            block_size,
+            bytes,
+        )?;
         // SAFETY: the block holds block_size >= bytes bytes and is ours.
         unsafe { std::ptr::write_bytes(alloc.ptr, 0, bytes) };
         Ok(PinnedBuffer {
             device: self.clone(),
             alloc,
             block_size,
+            block,
             len,
             pending: Vec::new(),
             _element: PhantomData,
@@ -240,6 +270,7 @@ impl<T: Element> PinnedBuffer<T> {
         self.check("copy_to_device_async", dst, stream)?;
         let n = dst.size_bytes();
         if n > 0 {
+            let span = self.device.inner.activity.start();
             // SAFETY: both ranges hold n bytes; the pinned block stays alive and unchanged until
             // the copy's event has passed (every access waits for `pending`).
             unsafe {
@@ -251,6 +282,14 @@ impl<T: Element> PinnedBuffer<T> {
                     true,
                 )?
             };
+            self.device.inner.activity.finish(
+                span,
+                WorkKind::HostToDevice,
+                "copy",
+                stream.id().0,
+                n,
+                Some(self.block),
+            );
             dst.record_stream(stream);
             self.track(stream.record_event()?);
             self.device.count(Direction::HostToDevice, n, true);
@@ -263,6 +302,7 @@ impl<T: Element> PinnedBuffer<T> {
         self.check("copy_from_device_async", src, stream)?;
         let n = src.size_bytes();
         if n > 0 {
+            let span = self.device.inner.activity.start();
             // SAFETY: as in copy_to_device_async.
             unsafe {
                 self.device.inner.backend.copy_dtoh(
@@ -273,6 +313,14 @@ impl<T: Element> PinnedBuffer<T> {
                     true,
                 )?
             };
+            self.device.inner.activity.finish(
+                span,
+                WorkKind::DeviceToHost,
+                "copy",
+                stream.id().0,
+                n,
+                Some(self.block),
+            );
             src.record_stream(stream);
             self.track(stream.record_event()?);
             self.device.count(Direction::DeviceToHost, n, true);
@@ -284,9 +332,13 @@ impl<T: Element> PinnedBuffer<T> {
 impl<T: Element> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
         let pending = std::mem::take(&mut self.pending);
-        self.device
-            .inner
-            .host
-            .free(self.alloc, self.block_size, pending);
+        let inner = &self.device.inner;
+        inner.host.free(
+            &inner.activity,
+            self.alloc,
+            self.block,
+            self.block_size,
+            pending,
+        );
     }
 }

@@ -44,6 +44,7 @@ pub fn reset(device: &Device) {
     device.clear_per_process_memory_fraction();
     device.set_allocator_config(AllocatorConfig::from_env().unwrap_or_default());
     device.record_memory_history(false);
+    device.record_activity(false);
     device.empty_cache();
     device.empty_host_cache();
     device.reset_peak_memory_stats();

@@ -10,7 +10,9 @@
 //! says whether it was right and shows its explanation. Chapter 3's interactive view of its
 //! pictures steps through the allocator's events (next button, right arrow key) and shows a
 //! block's size, requested size and stream on hover and tap, in the light and navy themes at
-//! 1280 and 390 px.
+//! 1280 and 390 px. Chapter 7 shows its pictures of pinned memory and streams (their labels 10 px
+//! or more at 390 px), and its activity view steps through the copies and kernels and says what a
+//! copy span is (stream, bytes, pinned block) on hover and tap.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
@@ -279,6 +281,9 @@ struct Link {
 /// The chapter page whose interactive view of its pictures the test steps through.
 const HISTORY_PAGE: &str = "ch03-drop-and-empty-cache";
 
+/// The chapter page whose pictures of pinned memory and streams, and their view, are checked.
+const ACTIVITY_PAGE: &str = "ch07-pinned-memory";
+
 /// The phone's window width, and the smallest a picture's label may be drawn on it, in CSS px.
 const PHONE_WIDTH: u32 = 390;
 const MIN_LABEL_PX: f64 = 10.0;
@@ -536,6 +541,9 @@ impl BookCheck {
         report
             .problems
             .extend(self.step_through_the_history(client).await?);
+        report
+            .problems
+            .extend(self.pinned_memory_and_streams(client).await?);
 
         let (found, problems) = self.search(client).await?;
         report.search_results = found;
@@ -962,6 +970,195 @@ impl BookCheck {
             .execute("localStorage.setItem('mdbook-theme', 'light');", vec![])
             .await
             .map_err(|e| format!("choosing the light theme again: {e}"))?;
+        client
+            .set_window_size(1280, 900)
+            .await
+            .map_err(|e| format!("resizing the window back: {e}"))?;
+        Ok(problems)
+    }
+
+    /// Chapter 7 ([`ACTIVITY_PAGE`]) shows its pinned-memory and stream pictures, loaded, and at
+    /// 390 px drawn wide enough for their smallest label to be [`MIN_LABEL_PX`] or more; its
+    /// activity view describes the first call, steps to the next one, and says what a copy span
+    /// is (stream, bytes, pinned block) on hover (1280 px) or tap (390 px), with the cpu note;
+    /// nothing scrolls sideways.
+    async fn pinned_memory_and_streams(&self, client: &Client) -> Result<Vec<String>, String> {
+        let file = format!("{ACTIVITY_PAGE}.html");
+        let data = std::fs::read_to_string(
+            self.dest
+                .join(format!("pictures/{ACTIVITY_PAGE}-history.json")),
+        )
+        .map_err(|e| format!("reading {ACTIVITY_PAGE}'s history: {e}"))?;
+        let history: Value =
+            serde_json::from_str(&data).map_err(|e| format!("{ACTIVITY_PAGE}'s history: {e}"))?;
+        let work = history["activity"]["work"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let Some(upload) = work.iter().position(|w| w[2] == json!("host_to_device")) else {
+            return Ok(vec![format!(
+                "{ACTIVITY_PAGE}'s history records no host-to-device copy: its pictures of pinned \
+                 memory and streams are missing"
+            )]);
+        };
+        let copy_words = format!(
+            "copy host→device {} on stream {} from pinned block {}",
+            workbook::viz::size(work[upload][5].as_u64().unwrap_or(0)),
+            work[upload][4],
+            work[upload][6]
+        );
+        let mut problems = Vec::new();
+        for width in [1280, PHONE_WIDTH] {
+            let at = format!("{file} ({width} px)");
+            client
+                .set_window_size(width, 900)
+                .await
+                .map_err(|e| format!("resizing the window: {e}"))?;
+            self.open(client, &file).await?;
+            let drawn = client
+                .execute(PICTURES, vec![])
+                .await
+                .map_err(|e| format!("{at}: measuring the pictures: {e}"))?;
+            for kind in ["streams", "pinned"] {
+                let src = format!("pictures/{ACTIVITY_PAGE}-{kind}.svg");
+                let Some(picture) = drawn
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|p| p["src"] == json!(src))
+                else {
+                    problems.push(format!("{at}: the page does not show {src}"));
+                    continue;
+                };
+                let svg = std::fs::read_to_string(self.dest.join(&src))
+                    .map_err(|e| format!("reading {src}: {e}"))?;
+                let (natural, smallest) = svg_width_and_smallest_font(&svg)
+                    .ok_or_else(|| format!("{src} has no width or no font-size"))?;
+                let label = smallest * picture["width"].as_f64().unwrap_or(0.0) / natural;
+                if label < MIN_LABEL_PX {
+                    problems.push(format!(
+                        "{at}: {src}'s smallest labels are drawn at {label:.1} px"
+                    ));
+                }
+            }
+            let view = match client
+                .wait()
+                .at_most(Duration::from_secs(20))
+                .for_element(fantoccini::Locator::Css(".content .wb-actview"))
+                .await
+            {
+                Ok(view) => view,
+                Err(e) => {
+                    problems.push(format!("{at}: no activity view appeared: {e}"));
+                    continue;
+                }
+            };
+            let said = || async {
+                client
+                    .execute(
+                        "const v = document.querySelector('.content .wb-actview'); \
+                         return [Number(v.getAttribute('data-call')), \
+                                 v.querySelector('.wb-mv-event').textContent, \
+                                 v.querySelector('.wb-av-note').textContent];",
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| format!("{at}: reading the activity view: {e}"))
+            };
+            let first = said().await?;
+            if first[0] != json!(0) || !first[1].as_str().is_some_and(|t| t.starts_with("Call 1: "))
+            {
+                problems.push(format!("{at}: the activity view opened on {first}"));
+            }
+            if !first[2].as_str().is_some_and(|t| {
+                t.contains("each copy and kernel runs when issued: nothing overlaps")
+            }) {
+                problems.push(format!("{at}: the activity view's note is {}", first[2]));
+            }
+            let next = view
+                .find(fantoccini::Locator::Css(".wb-mv-next"))
+                .await
+                .map_err(|e| format!("{at}: the next button: {e}"))?;
+            client
+                .execute(
+                    "arguments[0].scrollIntoView({block: 'center'});",
+                    vec![serde_json::to_value(&next).map_err(|e| e.to_string())?],
+                )
+                .await
+                .map_err(|e| format!("{at}: scrolling to next: {e}"))?;
+            next.click()
+                .await
+                .map_err(|e| format!("{at}: pressing next: {e}"))?;
+            let second = said().await?;
+            if second[0] != json!(1)
+                || !second[1]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("Call 2: "))
+            {
+                problems.push(format!("{at}: after next the activity view shows {second}"));
+            }
+            let span = view
+                .find(fantoccini::Locator::Css(&format!(
+                    ".wb-av-span[data-call=\"{upload}\"]"
+                )))
+                .await
+                .map_err(|e| format!("{at}: the first upload's span: {e}"))?;
+            client
+                .execute(
+                    "arguments[0].scrollIntoView({block: 'center'});",
+                    vec![serde_json::to_value(&span).map_err(|e| e.to_string())?],
+                )
+                .await
+                .map_err(|e| format!("{at}: scrolling to a span: {e}"))?;
+            if width == PHONE_WIDTH {
+                span.click()
+                    .await
+                    .map_err(|e| format!("{at}: tapping a span: {e}"))?;
+            } else {
+                use fantoccini::actions::{InputSource, MouseActions, PointerAction};
+                let hover = MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
+                    element: span.clone(),
+                    duration: None,
+                    x: 0.0,
+                    y: 0.0,
+                });
+                client
+                    .perform_actions(hover)
+                    .await
+                    .map_err(|e| format!("{at}: hovering over a span: {e}"))?;
+            }
+            let info = client
+                .execute(
+                    "return document.querySelector('.content .wb-actview .wb-mv-block-info')\
+                     .textContent;",
+                    vec![],
+                )
+                .await
+                .map_err(|e| format!("{at}: reading the span's words: {e}"))?;
+            if !info.as_str().is_some_and(|t| t.contains(&copy_words)) {
+                problems.push(format!(
+                    "{at}: the upload's span says {info} ({copy_words:?} wanted)"
+                ));
+            }
+            for problem in self.overflow(client, &file, width == PHONE_WIDTH).await? {
+                problems.push(format!("({width} px) {problem}"));
+            }
+            for entry in browser_log(client).await? {
+                problems.push(format!("{at}: browser log: {entry}"));
+            }
+            if let Some(dir) = &self.screenshots {
+                client
+                    .execute(
+                        "document.querySelector('.content .wb-actview').scrollIntoView(); \
+                         window.scrollBy(0, -420);",
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| format!("{at}: scrolling to the view: {e}"))?;
+                self.screenshot(client, dir, &format!("{ACTIVITY_PAGE}-activity-{width}"))
+                    .await?;
+            }
+        }
         client
             .set_window_size(1280, 900)
             .await

@@ -81,6 +81,11 @@ fn main() -> anyhow::Result<()> {
     drop((pinned, on_device));
     // ANCHOR_END: pageable_vs_pinned
 
+    // The chapter's pictures begin here, with step 1's device segment and pinned block given
+    // back: the allocator's history and the pinned blocks' and streams' activity start at step 2.
+    dev.empty_cache();
+    dev.empty_host_cache();
+    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
     dev.record_annotation("2. The caching host allocator");
     // ANCHOR: host_cache
     println!("\nStep 2. The caching host allocator: sizes round up to a power of two");
@@ -109,10 +114,6 @@ fn main() -> anyhow::Result<()> {
     dev.reset_transfer_stats();
     dev.reset_host_memory_stats();
     dev.reset_peak_memory_stats();
-    // The chapter's pictures are of this step alone, on a device cache emptied of step 1's segment:
-    // the allocator's history starts here.
-    dev.empty_cache();
-    let snapshot = gpumem::SnapshotRequest::from_env(&dev);
     dev.record_annotation("3. One pinned staging buffer");
     let batch_len = 64 * 1024;
     let mut staging = dev.alloc_pinned::<f32>(batch_len)?;

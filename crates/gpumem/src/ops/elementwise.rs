@@ -43,6 +43,7 @@ pub(super) fn map<S: Float, D: Float>(
     if n == 0 {
         return Ok(y);
     }
+    let _span = dev.inner.activity.kernel(op, x.size_bytes());
     if dev.is_cuda() {
         let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
         launch(&dev, op, kernel, n, &args)?;
@@ -87,6 +88,7 @@ pub(super) fn map2<T: Float>(
     if n == 0 {
         return Ok(y);
     }
+    let _span = dev.inner.activity.kernel(op, a.size_bytes());
     if dev.is_cuda() {
         let buffers = [Arg::Ptr(a.ptr()), Arg::Ptr(b.ptr()), Arg::Ptr(y.ptr())];
         let args = [&buffers[..], scalars, &[Arg::U64(n as u64)]].concat();
@@ -115,6 +117,7 @@ pub(super) fn update<T: Float>(
     if n == 0 {
         return Ok(());
     }
+    let _span = dev.inner.activity.kernel(op, x.size_bytes());
     if dev.is_cuda() {
         let args = [&[Arg::Ptr(x.ptr())][..], args, &[Arg::U64(n as u64)]].concat();
         return launch(&dev, op, kernel, n, &args);
@@ -142,6 +145,7 @@ pub(super) fn update_with<X: Float, B: Float>(
     if n == 0 {
         return Ok(());
     }
+    let _span = dev.inner.activity.kernel(op, x.size_bytes());
     if dev.is_cuda() {
         return launch(&dev, op, kernel, n, args);
     }
@@ -171,6 +175,7 @@ pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffe
     if n == 0 {
         return Ok(total);
     }
+    let span = dev.inner.activity.start();
     if dev.is_cuda() {
         let kernel = format!("sum_{}", T::DTYPE);
         let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64), Arg::Ptr(total.ptr())];
@@ -180,6 +185,10 @@ pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffe
         let (xs, t) = unsafe { (host(x), host_mut(&mut total)) };
         t[0] = xs.iter().map(|v| v.to_f32() as f64).sum();
     }
+    let kind = crate::activity::WorkKind::Kernel;
+    dev.inner
+        .activity
+        .finish(span, kind, op, 0, x.size_bytes(), None);
     Ok(total)
 }
 
@@ -196,6 +205,7 @@ pub(super) fn f64_sq_diff_sum<T: Float>(
         return Ok(None);
     }
     let mut total = dev.alloc::<f64>(1)?;
+    let _span = dev.inner.activity.kernel(op, pred.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("sq_diff_sum_{}", T::DTYPE);
         let args = [

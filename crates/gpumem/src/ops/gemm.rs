@@ -147,6 +147,7 @@ fn run<I: Float, O: Float>(
     if m == 0 || n == 0 {
         return Ok(());
     }
+    let _span = dev.inner.activity.kernel(op, c.size_bytes());
     match dev.cuda_backend() {
         Some(backend) => {
             let dim = |v: usize| {

@@ -49,6 +49,10 @@ const KINDS: [(&str, viz::View); 2] = [
 /// The suffix of the data file the interactive view reads: `<chapter>-history.json`.
 const HISTORY_SUFFIX: &str = "history.json";
 
+/// The pictures drawn from a chapter's recorded activity when its walkthrough used pinned memory:
+/// the stream lanes and the pinned host blocks ([`viz::activity`]).
+const ACTIVITY_SUFFIXES: [&str; 2] = ["streams", "pinned"];
+
 /// One file made: its name under [`PICTURES_DIR`] and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Picture {
@@ -88,8 +92,8 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
     let mut made = Vec::new();
     for chapter in &chapters {
         eprintln!("{chapter}: running its walkthrough on cpu");
-        let snapshot = snapshot_of(&repo, chapter, scratch.path())?;
-        made.extend(pictures_of(chapter, &snapshot));
+        let (snapshot, activity) = snapshot_of(&repo, chapter, scratch.path())?;
+        made.extend(pictures_of(chapter, &snapshot, activity.as_ref()));
     }
     if args.check {
         problems.extend(differences(&dir, &made));
@@ -157,8 +161,12 @@ pub fn chapters_with_pictures(repo: &Repo) -> Result<Vec<String>> {
 }
 
 /// Runs `chapter`'s walkthrough on the `cpu` device with [`SNAPSHOT_VAR`] set, and reads the
-/// snapshot it wrote into `scratch`.
-pub fn snapshot_of(repo: &Repo, chapter: &str, scratch: &Path) -> Result<gpumem::Snapshot> {
+/// snapshot it wrote into `scratch`, with the activity recorded beside it (if any).
+pub fn snapshot_of(
+    repo: &Repo,
+    chapter: &str,
+    scratch: &Path,
+) -> Result<(gpumem::Snapshot, Option<gpumem::Activity>)> {
     let file = scratch.join(format!("{chapter}.json"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(&cargo)
@@ -185,22 +193,126 @@ pub fn snapshot_of(repo: &Repo, chapter: &str, scratch: &Path) -> Result<gpumem:
             file.display()
         );
     }
-    viz::read_snapshot(&file)
+    Ok((viz::read_snapshot(&file)?, read_activity(&file)?))
 }
 
-/// The pictures of one chapter's snapshot, and the history the interactive view reads.
-pub fn pictures_of(chapter: &str, snapshot: &gpumem::Snapshot) -> Vec<Picture> {
-    KINDS
+/// The activity a snapshot file holds beside the snapshot (its key `activity`, written by
+/// `gpumem::SnapshotRequest`), if any.
+pub fn read_activity(file: &Path) -> Result<Option<gpumem::Activity>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the snapshot {}", file.display()))?;
+    let mut json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    match json.get_mut("activity").map(serde_json::Value::take) {
+        None => Ok(None),
+        Some(value) => serde_json::from_value(value).map(Some).with_context(|| {
+            format!(
+                "the activity in {} is not what gpumem records",
+                file.display()
+            )
+        }),
+    }
+}
+
+/// Whether a chapter's activity gets pictures: when its walkthrough used pinned memory.
+fn pictures_activity(activity: Option<&gpumem::Activity>) -> Option<&gpumem::Activity> {
+    activity.filter(|a| !a.host.is_empty())
+}
+
+/// The pictures of one chapter's snapshot, and the history the interactive view reads; when the
+/// walkthrough used pinned memory, the pictures of its activity too, and the history holds it.
+pub fn pictures_of(
+    chapter: &str,
+    snapshot: &gpumem::Snapshot,
+    activity: Option<&gpumem::Activity>,
+) -> Vec<Picture> {
+    let activity = pictures_activity(activity);
+    let mut history = history_json(snapshot);
+    let mut made: Vec<Picture> = KINDS
         .iter()
         .map(|(suffix, view)| Picture {
             file: format!("{chapter}-{suffix}.svg"),
             contents: viz::render(snapshot, *view),
         })
-        .chain(std::iter::once(Picture {
-            file: format!("{chapter}-{HISTORY_SUFFIX}"),
-            contents: history_json(snapshot),
-        }))
-        .collect()
+        .collect();
+    if let Some(activity) = activity {
+        if let Some(svg) = viz::activity::streams_svg(activity) {
+            made.push(Picture {
+                file: format!("{chapter}-{}.svg", ACTIVITY_SUFFIXES[0]),
+                contents: svg,
+            });
+        }
+        made.push(Picture {
+            file: format!("{chapter}-{}.svg", ACTIVITY_SUFFIXES[1]),
+            contents: viz::activity::pinned_svg(activity),
+        });
+        let end = history.trim_end().trim_end_matches('}').len();
+        history = format!(
+            "{},\n\"activity\":{}}}\n",
+            &history[..end],
+            activity_json(activity)
+        );
+    }
+    made.push(Picture {
+        file: format!("{chapter}-{HISTORY_SUFFIX}"),
+        contents: history,
+    });
+    made
+}
+
+/// The activity as the interactive view reads it, compact and without clock times: `host`
+/// rows `[tick, action, block, size, requested, allocated, reserved]`, `work` rows `[start,
+/// end, kind, name, stream, bytes, block]` (`block` null when no pinned block), `marks` rows
+/// `[tick, label]`; blocks numbered as the pictures number them, from 1.
+pub fn activity_json(activity: &gpumem::Activity) -> String {
+    let numbers = viz::activity::block_numbers(activity);
+    let string = |s: &str| serde_json::to_string(s).expect("a string always serialises");
+    let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let host: Vec<String> = activity
+        .host
+        .iter()
+        .map(|e| {
+            format!(
+                "[{},\"{}\",{},{},{},{},{}]",
+                e.tick,
+                name(serde_json::to_value(e.action).unwrap_or_default()),
+                numbers[&e.block],
+                e.size,
+                e.requested,
+                e.allocated,
+                e.reserved
+            )
+        })
+        .collect();
+    let work: Vec<String> = activity
+        .work
+        .iter()
+        .map(|w| {
+            format!(
+                "[{},{},\"{}\",{},{},{},{}]",
+                w.start,
+                w.end,
+                name(serde_json::to_value(w.kind).unwrap_or_default()),
+                string(&w.name),
+                w.stream,
+                w.bytes,
+                w.pinned_block
+                    .map_or_else(|| "null".to_string(), |b| numbers[&b].to_string())
+            )
+        })
+        .collect();
+    let marks: Vec<String> = activity
+        .marks
+        .iter()
+        .map(|m| format!("[{},{}]", m.tick, string(&m.label)))
+        .collect();
+    format!(
+        "{{\"device\":{},\"host\":[\n{}\n],\n\"work\":[\n{}\n],\n\"marks\":[{}]}}",
+        string(&activity.device),
+        host.join(",\n"),
+        work.join(",\n"),
+        marks.join(",")
+    )
 }
 
 /// What differs between the pictures `made` and the files in `dir`: one line per picture.
@@ -217,8 +329,8 @@ pub fn differences(dir: &Path, made: &[Picture]) -> Vec<String> {
     out
 }
 
-/// Files in `dir` named like a chapter's (`*-timeline.svg`, `*-segments.svg`,
-/// `*-history.json`) that none of `chapters` makes.
+/// Files in `dir` named like a chapter's (`*-timeline.svg`, `*-segments.svg`, `*-streams.svg`,
+/// `*-pinned.svg`, `*-history.json`) that none of `chapters` makes.
 pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -235,6 +347,7 @@ pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
         let chapter = KINDS
             .iter()
             .map(|(suffix, _)| format!("-{suffix}.svg"))
+            .chain(ACTIVITY_SUFFIXES.iter().map(|s| format!("-{s}.svg")))
             .chain(std::iter::once(format!("-{HISTORY_SUFFIX}")))
             .find_map(|suffix| name.strip_suffix(&suffix).map(str::to_string));
         if let Some(chapter) = chapter
@@ -585,7 +698,7 @@ mod tests {
             trace: Vec::new(),
             allocator_settings: Default::default(),
         };
-        let made = pictures_of("ch09-x", &snapshot);
+        let made = pictures_of("ch09-x", &snapshot, None);
         let files: Vec<&str> = made.iter().map(|p| p.file.as_str()).collect();
         assert_eq!(
             files,
@@ -597,6 +710,69 @@ mod tests {
         );
         assert!(made[0].contents.contains("Active memory timeline"));
         assert!(made[1].contents.contains("Segments · cpu"));
+    }
+
+    #[test]
+    fn a_walkthrough_that_used_pinned_memory_gets_the_activity_pictures() {
+        use gpumem::activity::{Activity, HostAction, HostEvent, WorkKind, WorkSpan};
+        let snapshot = gpumem::Snapshot {
+            device: "cpu".to_string(),
+            segments: Vec::new(),
+            trace: Vec::new(),
+            allocator_settings: Default::default(),
+        };
+        let copy = WorkSpan {
+            start: 1,
+            end: 2,
+            kind: WorkKind::HostToDevice,
+            name: "copy".into(),
+            stream: 1,
+            bytes: 4000,
+            pinned_block: Some(9),
+            start_ns: 123,
+            end_ns: 456,
+        };
+        let mut activity = Activity {
+            device: "cpu".into(),
+            host: Vec::new(),
+            work: vec![copy],
+            marks: Vec::new(),
+        };
+        // Copies and kernels alone (every chapter has them): no activity pictures.
+        assert_eq!(pictures_of("ch07-x", &snapshot, Some(&activity)).len(), 3);
+        activity.host.push(HostEvent {
+            tick: 0,
+            action: HostAction::Alloc,
+            block: 9,
+            size: 4096,
+            requested: 4000,
+            allocated: 4096,
+            reserved: 4096,
+        });
+        let made = pictures_of("ch07-x", &snapshot, Some(&activity));
+        let files: Vec<&str> = made.iter().map(|p| p.file.as_str()).collect();
+        assert_eq!(
+            files,
+            [
+                "ch07-x-timeline.svg",
+                "ch07-x-segments.svg",
+                "ch07-x-streams.svg",
+                "ch07-x-pinned.svg",
+                "ch07-x-history.json"
+            ]
+        );
+        let history: serde_json::Value = serde_json::from_str(&made[4].contents).unwrap();
+        assert_eq!(history["device"], "cpu");
+        assert_eq!(
+            history["activity"]["host"],
+            serde_json::json!([[0, "alloc", 1, 4096, 4000, 4096, 4096]])
+        );
+        assert_eq!(
+            history["activity"]["work"],
+            serde_json::json!([[1, 2, "host_to_device", "copy", 1, 4000, 1]])
+        );
+        // No clock time goes into the book: the same program gives the same bytes.
+        assert!(!made[4].contents.contains("456"));
     }
 
     fn entry(

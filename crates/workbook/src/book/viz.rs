@@ -7,6 +7,8 @@
 //! are placed by their offset in their segment, and segments are shown in the order they were
 //! reserved.
 
+pub mod activity;
+
 use anyhow::{Context, Result};
 use clap::Args;
 use gpumem::history::{BlockState, SegmentInfo};
