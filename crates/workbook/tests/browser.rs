@@ -1003,7 +1003,7 @@ impl BookCheck {
         };
         let copy_words = format!(
             "copy host→device {} on stream {} from pinned block {}",
-            workbook::viz::size(work[upload][5].as_u64().unwrap_or(0)),
+            workbook::book::viz::size(work[upload][5].as_u64().unwrap_or(0)),
             work[upload][4],
             work[upload][6]
         );
