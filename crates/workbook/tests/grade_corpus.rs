@@ -278,9 +278,11 @@ struct Run {
 
 static RUN: LazyLock<Run> = LazyLock::new(|| {
     let root = repo_root();
+    // A static is never dropped, so the folder outlives the run: keep it under cargo's scratch
+    // folder for integration tests (target/tmp), not in the system's /tmp.
     let dir = tempfile::Builder::new()
-        .prefix("workbook-grade-corpus-")
-        .tempdir()
+        .prefix("grade-corpus-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .expect("a temporary folder");
     let class = dir.path().join("class");
     let staging = dir.path().join("staging");
