@@ -12,8 +12,9 @@ use crate::error::Result;
 
 /// One kernel of an op, on either device: begun before the op's cuda-or-cpu branch, it is one span
 /// of the device's activity, ending when [`Launch::cuda`] returns or, on cpu, when it is dropped.
-/// It is the only way to launch a kernel (`cuda` takes it by value: one span, one launch), so
-/// every kernel of the compute layer is recorded, and recorded once.
+/// The ops launch their NVRTC kernels through it alone (`cuda` takes it by value: one span, one
+/// launch), so every kernel of the compute layer is recorded, and recorded once; GEMM records its
+/// cuBLAS call itself. Off, it costs the one relaxed load of `ActivityLog::kernel`.
 pub(super) struct Launch<'a> {
     dev: &'a Device,
     op: &'static str,
