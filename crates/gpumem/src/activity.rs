@@ -9,11 +9,17 @@
 //! inside the call, so that is when it ran; on a GPU an asynchronous call returns once the work is
 //! queued, and the span is the issue, not the GPU's run.
 //!
-//! Recorded: every copy between host and device or within the device (pinned or not), and the
-//! kernels of `alloc`'s zeroing, GEMM, and the element-wise ops and reductions built on the
-//! shared helpers of [`crate::ops`] (`relu`, `cast`, `scale`, `axpy`, `sum`, `mse_loss`, ...).
-//! Not yet: the kernels written apart from those helpers (`add_bias`, `col_sum_into`,
-//! `unscale_and_check`, `zero`, and those of the autograd ops and the optimizers).
+//! Recorded: every copy between host and device or within the device (pinned or not), and every
+//! kernel gpumem runs, on `cpu` and on cuda alike, once per launch: the zeroing fill (`zero`: of
+//! `alloc`, `Stream::alloc` and `ops::zero`), GEMM, and each kernel of [`crate::ops`]. A kernel
+//! span is named after the op that launched it (`relu`, `add_bias`, `addcmul`, `log_softmax`,
+//! ...); its bytes are those of the buffer it writes, or for a reduction to one element (`sum`,
+//! `sum_to_device`, `mse_loss`, `nll_loss`) those of the buffer it reads. A span is one launch, not
+//! one call: an op that allocates its output records that buffer's `zero` first; the ops that end
+//! in a one-element division on the device (`sum_to_device`, `mse_loss_to_device`, `nll_loss`)
+//! record it as a second kernel, `f64_div`; and an op built on other ops (an autograd op, an
+//! optimizer step, `Mlp::forward`) records nothing of its own, only their launches, so no work is
+//! recorded twice.
 //!
 //! This record is gpumem's own: torch's memory snapshot has no pinned host memory and no kernels,
 //! so it is kept beside the snapshot, never in it (a snapshot pickle stays what PyTorch's viewer
@@ -86,7 +92,8 @@ pub struct WorkSpan {
     pub name: String,
     /// The stream it was issued on (0: the default stream).
     pub stream: u64,
-    /// Bytes copied, or the bytes of the buffer a kernel works on.
+    /// Bytes copied; for a kernel, the bytes of the buffer it writes (of the buffer it reads, for a
+    /// reduction to one element).
     pub bytes: u64,
     /// The pinned block a copy read or wrote (none for pageable copies and kernels).
     pub pinned_block: Option<u64>,

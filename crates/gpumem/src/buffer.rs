@@ -93,18 +93,31 @@ impl Device {
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         let buf = self.buffer::<T>(len, RawStream(0))?;
         if len > 0 {
-            let span = self.inner.activity.start();
             // SAFETY: the block is ours and holds at least size_bytes bytes.
-            unsafe {
-                self.inner
-                    .backend
-                    .memset_zero(buf.ptr(), buf.size_bytes(), RawStream(0))?
-            };
-            self.inner
-                .activity
-                .finish(span, WorkKind::Kernel, "zero", 0, buf.size_bytes(), None);
+            unsafe { self.fill_zero(buf.ptr(), buf.size_bytes(), RawStream(0), 0)? };
         }
         Ok(buf)
+    }
+
+    /// Sets `bytes` bytes at `ptr` to zero on `stream` (numbered `stream_id` in the activity),
+    /// recorded as one `zero` kernel: the fill of `alloc`, `Stream::alloc` and `ops::zero`.
+    ///
+    /// # Safety
+    /// The memory at `ptr` is a block of this device holding at least `bytes` bytes, and the
+    /// stream orders the fill after earlier work on it.
+    pub(crate) unsafe fn fill_zero(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        stream: RawStream,
+        stream_id: u64,
+    ) -> Result<()> {
+        let span = self.inner.activity.start();
+        // SAFETY: the caller's contract.
+        unsafe { self.inner.backend.memset_zero(ptr, bytes, stream)? };
+        let log = &self.inner.activity;
+        log.finish(span, WorkKind::Kernel, "zero", stream_id, bytes, None);
+        Ok(())
     }
 
     /// A buffer holding a copy of `data` (one host-to-device copy, `torch.tensor(data, device=..)`).
@@ -129,17 +142,9 @@ impl Stream {
         let dev = self.device();
         let buf = dev.buffer::<T>(len, self.raw())?;
         if len > 0 {
-            let span = dev.inner.activity.start();
+            let (bytes, id) = (buf.size_bytes(), self.id().0);
             // SAFETY: the block is ours and holds at least size_bytes bytes.
-            unsafe {
-                dev.inner
-                    .backend
-                    .memset_zero(buf.ptr(), buf.size_bytes(), self.raw())?
-            };
-            let bytes = buf.size_bytes();
-            dev.inner
-                .activity
-                .finish(span, WorkKind::Kernel, "zero", self.id().0, bytes, None);
+            unsafe { dev.fill_zero(buf.ptr(), bytes, self.raw(), id)? };
         }
         Ok(buf)
     }

@@ -204,3 +204,273 @@ fn an_op_records_the_zeroing_of_its_output_then_its_kernel_one_after_the_other()
         assert!(w[0].end < w[1].start, "{w:?}");
     }
 }
+
+/// Each span as `name bytes` (copies as `copy:<direction>`), once every span is checked to be on
+/// the default stream and to begin after the one before it ended: one launch, one span, none
+/// recorded inside another.
+fn launches(activity: &gpumem::Activity) -> Vec<String> {
+    for w in activity.work.windows(2) {
+        assert!(w[0].start < w[0].end && w[0].end < w[1].start, "{w:?}");
+    }
+    activity
+        .work
+        .iter()
+        .map(|w| {
+            assert_eq!(w.stream, 0, "{w:?}");
+            match w.kind {
+                WorkKind::Kernel => format!("{} {}", w.name, w.bytes),
+                kind => format!("{}:{kind:?} {}", w.name, w.bytes),
+            }
+        })
+        .collect()
+}
+
+/// Runs `f` with `dev`'s activity recorded, and returns what was recorded.
+fn recorded(dev: &gpumem::Device, f: impl FnOnce()) -> gpumem::Activity {
+    dev.record_activity(true);
+    f();
+    let activity = dev.activity();
+    dev.record_activity(false);
+    activity
+}
+
+/// Two leaf parameters of 3 and 2 f32 (12 and 8 bytes), each with a gradient of ones.
+fn two_parameters(dev: &gpumem::Device) -> Vec<gpumem::autograd::Tensor> {
+    [3usize, 2]
+        .iter()
+        .map(|&n| {
+            let p = gpumem::autograd::Tensor::from_f32(dev, &vec![0.5; n], &[n])
+                .unwrap()
+                .requires_grad_(true)
+                .unwrap();
+            p.sum().unwrap().backward().unwrap();
+            p
+        })
+        .collect()
+}
+
+/// The launches of one for-loop Adam step of a parameter of `b` bytes, on its first step.
+fn adam_for_loop_launches(b: u64) -> Vec<String> {
+    [
+        // The state: exp_avg and exp_avg_sq, zeros.
+        "zero",
+        "zero",
+        // m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g².
+        "scale",
+        "axpy",
+        "scale",
+        "addcmul",
+        // √v into a new block, its copy scaled by 1/√(1 − β₂ᵗ), plus eps.
+        "zero",
+        "sqrt",
+        "copy:DeviceToDevice",
+        "scale",
+        "add_scalar",
+        // p ← p − step_size·m / denom.
+        "addcdiv",
+    ]
+    .iter()
+    .map(|name| format!("{name} {b}"))
+    .collect()
+}
+
+#[test]
+fn an_adam_step_records_each_kernel_of_each_parameter_once_in_order() {
+    use gpumem::optim::{Adam, AdamOptions, Implementation, Optimizer};
+    let dev = gpumem::testing::device();
+    let options = AdamOptions {
+        implementation: Implementation::ForLoop,
+        ..AdamOptions::default()
+    };
+    let mut adam = Adam::new(two_parameters(&dev), options).unwrap();
+    let activity = recorded(&dev, || adam.step().unwrap());
+    assert_eq!(
+        launches(&activity),
+        [adam_for_loop_launches(12), adam_for_loop_launches(8)].concat()
+    );
+
+    // For-each: each operation over both parameters before the next (state made as it goes).
+    let options = AdamOptions {
+        implementation: Implementation::ForEach,
+        ..options
+    };
+    let mut adam = Adam::new(two_parameters(&dev), options).unwrap();
+    let activity = recorded(&dev, || adam.step().unwrap());
+    let moments =
+        |b: u64| ["zero", "zero", "scale", "axpy", "scale", "addcmul"].map(|n| format!("{n} {b}"));
+    let expected: Vec<String> = [
+        &moments(12)[..],
+        &moments(8),
+        &["zero 12", "sqrt 12", "zero 8", "sqrt 8"].map(String::from),
+        &["scale 12", "add_scalar 12", "scale 8", "add_scalar 8"].map(String::from),
+        &["addcdiv 12", "addcdiv 8"].map(String::from),
+    ]
+    .concat();
+    assert_eq!(launches(&activity), expected);
+}
+
+#[test]
+fn an_mlp_forward_and_backward_records_each_kernel_once_and_the_autograd_ops_nothing_more() {
+    use gpumem::autograd::{self, Tensor};
+    let dev = gpumem::testing::device();
+    let leaf = |data: &[f32], shape: &[usize]| {
+        Tensor::from_f32(&dev, data, shape)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap()
+    };
+    let x = Tensor::<f32>::from_f32(&dev, &[0.5; 6], &[2, 3]).unwrap();
+    let (w1, b1) = (leaf(&[0.1; 12], &[4, 3]), leaf(&[0.1; 4], &[4]));
+    let (w2, b2) = (leaf(&[0.1; 4], &[1, 4]), leaf(&[0.1], &[1]));
+    let target = Tensor::from_f32(&dev, &[1.0; 2], &[2, 1]).unwrap();
+    let activity = recorded(&dev, || {
+        let h = autograd::linear(&x, &w1, Some(&b1)).unwrap();
+        let h = h.relu().unwrap();
+        let y = autograd::linear(&h, &w2, Some(&b2)).unwrap();
+        let loss = autograd::mse_loss(&y, &target).unwrap();
+        loss.backward().unwrap();
+    });
+    assert!(w1.grad().is_some() && b2.grad().is_some());
+    assert_eq!(
+        launches(&activity),
+        [
+            // linear 3 → 4 on a batch of 2: [2×4] f32.
+            "zero 32",
+            "matmul 32",
+            "add_bias 32",
+            "zero 32",
+            "relu 32",
+            // linear 4 → 1: [2×1].
+            "zero 8",
+            "matmul 8",
+            "add_bias 8",
+            // mse_loss: the f64 sum of squares (of the 8 bytes it reads), then the mean.
+            "zero 8",
+            "mse_loss 8",
+            "zero 4",
+            "f64_div 4",
+            // backward's seed, a one.
+            "zero 4",
+            "fill 4",
+            // MseLossBackward0.
+            "zero 8",
+            "mse_loss_backward 8",
+            "scale_by 8",
+            // AddmmBackward0 of the second layer: dx, dW, db.
+            "zero 32",
+            "matmul 32",
+            "zero 16",
+            "matmul 16",
+            "zero 4",
+            "col_sum_into 4",
+            // ReluBackward0.
+            "zero 32",
+            "relu_backward 32",
+            // AddmmBackward0 of the first layer (x needs no gradient): dW, db.
+            "zero 48",
+            "matmul 48",
+            "zero 16",
+            "col_sum_into 16",
+        ]
+    );
+}
+
+#[test]
+fn cross_entropy_records_log_softmax_nll_loss_and_their_backwards_once_each() {
+    use gpumem::autograd::{self, Tensor};
+    let dev = gpumem::testing::device();
+    let logits = Tensor::<f32>::from_f32(&dev, &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3])
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let targets = autograd::class_targets(&dev, &[2, 0], 3).unwrap();
+    let activity = recorded(&dev, || {
+        let loss = autograd::cross_entropy(&logits, &targets).unwrap();
+        loss.backward().unwrap();
+    });
+    assert_eq!(
+        launches(&activity),
+        [
+            "zero 24",
+            "log_softmax 24",
+            // nll_loss: the f64 sum (of the 24 bytes it reads), the mean; total_weight.
+            "zero 8",
+            "nll_loss 24",
+            "zero 4",
+            "f64_div 4",
+            "zero 4",
+            "fill 4",
+            // backward's seed.
+            "zero 4",
+            "fill 4",
+            "zero 24",
+            "nll_loss_backward 24",
+            "zero 24",
+            "log_softmax_backward 24",
+        ]
+    );
+}
+
+#[test]
+fn the_kernels_written_apart_from_the_helpers_are_recorded_once_each() {
+    use gpumem::ops;
+    let dev = gpumem::testing::device();
+    let mut x = dev
+        .from_slice(&[1.0f32, -2.0, 3.0, f32::INFINITY, 5.0, 6.0])
+        .unwrap();
+    let bias = dev.from_slice(&[0.5f32; 3]).unwrap();
+    let s = dev.from_slice(&[2.0f32]).unwrap();
+    let mut sums = dev.alloc::<f32>(3).unwrap();
+    let activity = recorded(&dev, || {
+        ops::add_bias(&mut x, &bias, 2, 3).unwrap();
+        ops::col_sum_into(&x, 2, 3, &mut sums, true).unwrap();
+        assert!(ops::unscale_and_check(&mut x, 0.5).unwrap());
+        ops::scale_by(&mut x, &s).unwrap();
+        let total = ops::sum_to_device(&x, 1).unwrap();
+        let b = x.try_clone().unwrap();
+        ops::addcdiv(&mut x, 1.0, &b, &b).unwrap();
+        ops::mul_in_place(&mut x, &b).unwrap();
+        ops::relu_in_place(&mut x).unwrap();
+        let _ = ops::gelu(&x).unwrap();
+        ops::zero(&mut x).unwrap();
+        drop(total);
+    });
+    assert_eq!(
+        launches(&activity),
+        [
+            "add_bias 24",
+            "col_sum_into 12",
+            // unscale_and_check: its one-element flag, the kernel, the flag read back.
+            "zero 4",
+            "unscale_and_check 24",
+            "copy:DeviceToHost 4",
+            "scale_by 24",
+            "zero 8",
+            "sum_to_device 24",
+            "zero 4",
+            "f64_div 4",
+            "copy:DeviceToDevice 24",
+            "addcdiv 24",
+            "mul_in_place 24",
+            "relu_in_place 24",
+            "zero 24",
+            "gelu 24",
+            // ops::zero: the same fill as alloc's.
+            "zero 24",
+        ]
+    );
+    // Off: the same ops record nothing.
+    ops::add_bias(&mut x, &bias, 2, 3).unwrap();
+    ops::zero(&mut x).unwrap();
+    assert!(dev.activity().is_empty());
+}
+
+#[test]
+fn a_cast_records_the_bytes_it_writes() {
+    let dev = gpumem::testing::device();
+    let x = dev.from_slice(&[1.0f32; 8]).unwrap();
+    let activity = recorded(&dev, || {
+        let _ = gpumem::ops::cast::<f32, half::f16>(&x).unwrap();
+    });
+    assert_eq!(launches(&activity), ["zero 16", "cast 16"]);
+}

@@ -4,23 +4,53 @@
 
 use super::cuda::{self, Arg};
 use super::{Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
+use crate::activity::KernelSpan;
 use crate::backend::RawStream;
 use crate::buffer::{Buffer, Element};
 use crate::device::Device;
 use crate::error::Result;
 
-/// Launches `kernel` on `dev` (a cuda device) over `work` items.
-pub(super) fn launch(
-    dev: &Device,
+/// One kernel of an op, on either device: begun before the op's cuda-or-cpu branch, it is one span
+/// of the device's activity, ending when [`Launch::cuda`] returns or, on cpu, when it is dropped.
+/// The ops launch their NVRTC kernels through it alone (`cuda` takes it by value: one span, one
+/// launch), so every kernel of the compute layer is recorded, and recorded once; GEMM records its
+/// cuBLAS call itself. Off, it costs the one relaxed load of `ActivityLog::kernel`.
+pub(super) struct Launch<'a> {
+    dev: &'a Device,
     op: &'static str,
-    kernel: &str,
-    work: usize,
-    args: &[Arg],
-) -> Result<()> {
-    let backend = dev
-        .cuda_backend()
-        .ok_or_else(|| invalid(op, dev, "kernels run on cuda devices only".into()))?;
-    cuda::kernels(backend)?.launch(op, kernel, work as u64, args)
+    _span: KernelSpan<'a>,
+}
+
+impl<'a> Launch<'a> {
+    /// Begins `op`'s kernel on `dev`, which writes `bytes` bytes (for a reduction to one element,
+    /// the bytes it reads).
+    pub(super) fn begin(dev: &'a Device, op: &'static str, bytes: usize) -> Launch<'a> {
+        Launch::named(dev, op, op, bytes)
+    }
+
+    /// As [`Launch::begin`] for a kernel recorded under its own `name` (a step of `op` that is
+    /// not the whole op, such as `f64_div`); errors still name `op`.
+    pub(super) fn named(
+        dev: &'a Device,
+        op: &'static str,
+        name: &'static str,
+        bytes: usize,
+    ) -> Launch<'a> {
+        Launch {
+            dev,
+            op,
+            _span: dev.inner.activity.kernel(name, bytes),
+        }
+    }
+
+    /// Launches `kernel` on the (cuda) device over `work` items.
+    pub(super) fn cuda(self, kernel: &str, work: usize, args: &[Arg]) -> Result<()> {
+        let (dev, op) = (self.dev, self.op);
+        let backend = dev
+            .cuda_backend()
+            .ok_or_else(|| invalid(op, dev, "kernels run on cuda devices only".into()))?;
+        cuda::kernels(backend)?.launch(op, kernel, work as u64, args)
+    }
 }
 
 // The helpers below run an element-wise op on either device. On cpu they read and write through
@@ -43,10 +73,10 @@ pub(super) fn map<S: Float, D: Float>(
     if n == 0 {
         return Ok(y);
     }
-    let _span = dev.inner.activity.kernel(op, x.size_bytes());
+    let launch = Launch::begin(&dev, op, y.size_bytes());
     if dev.is_cuda() {
         let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n as u64)];
-        launch(&dev, op, kernel, n, &args)?;
+        launch.cuda(kernel, n, &args)?;
         return Ok(y);
     }
     // SAFETY: see above the helpers; y is a fresh block.
@@ -88,11 +118,11 @@ pub(super) fn map2<T: Float>(
     if n == 0 {
         return Ok(y);
     }
-    let _span = dev.inner.activity.kernel(op, a.size_bytes());
+    let launch = Launch::begin(&dev, op, y.size_bytes());
     if dev.is_cuda() {
         let buffers = [Arg::Ptr(a.ptr()), Arg::Ptr(b.ptr()), Arg::Ptr(y.ptr())];
         let args = [&buffers[..], scalars, &[Arg::U64(n as u64)]].concat();
-        launch(&dev, op, kernel, n, &args)?;
+        launch.cuda(kernel, n, &args)?;
         return Ok(y);
     }
     // SAFETY: see above the helpers; y is a fresh block.
@@ -117,10 +147,10 @@ pub(super) fn update<T: Float>(
     if n == 0 {
         return Ok(());
     }
-    let _span = dev.inner.activity.kernel(op, x.size_bytes());
+    let launch = Launch::begin(&dev, op, x.size_bytes());
     if dev.is_cuda() {
         let args = [&[Arg::Ptr(x.ptr())][..], args, &[Arg::U64(n as u64)]].concat();
-        return launch(&dev, op, kernel, n, &args);
+        return launch.cuda(kernel, n, &args);
     }
     // SAFETY: see above the helpers; x is the only buffer touched.
     for v in unsafe { host_mut(x) } {
@@ -145,9 +175,9 @@ pub(super) fn update_with<X: Float, B: Float>(
     if n == 0 {
         return Ok(());
     }
-    let _span = dev.inner.activity.kernel(op, x.size_bytes());
+    let launch = Launch::begin(&dev, op, x.size_bytes());
     if dev.is_cuda() {
-        return launch(&dev, op, kernel, n, args);
+        return launch.cuda(kernel, n, args);
     }
     // SAFETY (all): see above the helpers; b is copied before x is written when they share memory.
     let copy = if same_memory(x, b) {
@@ -175,20 +205,16 @@ pub(super) fn f64_sum<T: Float>(op: &'static str, x: &Buffer<T>) -> Result<Buffe
     if n == 0 {
         return Ok(total);
     }
-    let span = dev.inner.activity.start();
+    let launch = Launch::begin(&dev, op, x.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("sum_{}", T::DTYPE);
         let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64), Arg::Ptr(total.ptr())];
-        launch(&dev, op, &kernel, n, &args)?;
+        launch.cuda(&kernel, n, &args)?;
     } else {
         // SAFETY: see above the helpers; total is a fresh block.
         let (xs, t) = unsafe { (host(x), host_mut(&mut total)) };
         t[0] = xs.iter().map(|v| v.to_f32() as f64).sum();
     }
-    let kind = crate::activity::WorkKind::Kernel;
-    dev.inner
-        .activity
-        .finish(span, kind, op, 0, x.size_bytes(), None);
     Ok(total)
 }
 
@@ -205,7 +231,7 @@ pub(super) fn f64_sq_diff_sum<T: Float>(
         return Ok(None);
     }
     let mut total = dev.alloc::<f64>(1)?;
-    let _span = dev.inner.activity.kernel(op, pred.size_bytes());
+    let launch = Launch::begin(&dev, op, pred.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("sq_diff_sum_{}", T::DTYPE);
         let args = [
@@ -214,7 +240,7 @@ pub(super) fn f64_sq_diff_sum<T: Float>(
             Arg::U64(n as u64),
             Arg::Ptr(total.ptr()),
         ];
-        launch(&dev, op, &kernel, n, &args)?;
+        launch.cuda(&kernel, n, &args)?;
     } else {
         // SAFETY: see above the helpers; total is a fresh block.
         let (p, t, out) = unsafe { (host(pred), host(target), host_mut(&mut total)) };
@@ -315,6 +341,7 @@ pub fn add_bias<T: Float, B: Float>(
     if n == 0 {
         return Ok(());
     }
+    let launch = Launch::begin(&dev, OP, x.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("add_bias_{}_{}", T::DTYPE, B::DTYPE);
         let args = [
@@ -323,7 +350,7 @@ pub fn add_bias<T: Float, B: Float>(
             Arg::U64(rows as u64),
             Arg::U64(cols as u64),
         ];
-        return launch(&dev, OP, &kernel, n, &args);
+        return launch.cuda(&kernel, n, &args);
     }
     // SAFETY (all): cpu buffers; when they share memory the bias is copied before x is written.
     let copy = if same_memory(x, bias) {
@@ -373,6 +400,7 @@ pub fn col_sum_into<T: Float>(
     if cols == 0 {
         return Ok(());
     }
+    let launch = Launch::begin(&dev, OP, out.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("col_sum_{}", T::DTYPE);
         let args = [
@@ -382,7 +410,7 @@ pub fn col_sum_into<T: Float>(
             Arg::Ptr(out.ptr()),
             Arg::U32(accumulate as u32),
         ];
-        return launch(&dev, OP, &kernel, cols, &args);
+        return launch.cuda(&kernel, cols, &args);
     }
     // SAFETY: cpu buffers in different blocks.
     let (xs, o) = unsafe { (host(x), host_mut(out)) };
@@ -410,6 +438,7 @@ pub fn unscale_and_check<T: Float>(x: &mut Buffer<T>, inv_scale: f32) -> Result<
         return Ok(false);
     }
     let mut found = dev.alloc::<u32>(1)?;
+    let launch = Launch::begin(&dev, OP, x.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("unscale_check_{}", T::DTYPE);
         let args = [
@@ -418,7 +447,7 @@ pub fn unscale_and_check<T: Float>(x: &mut Buffer<T>, inv_scale: f32) -> Result<
             Arg::U64(n as u64),
             Arg::Ptr(found.ptr()),
         ];
-        launch(&dev, OP, &kernel, n, &args)?;
+        launch.cuda(&kernel, n, &args)?;
     } else {
         // SAFETY: cpu buffers; found is a fresh block.
         let (xs, f) = unsafe { (host_mut(x), host_mut(&mut found)) };
@@ -431,6 +460,7 @@ pub fn unscale_and_check<T: Float>(x: &mut Buffer<T>, inv_scale: f32) -> Result<
                 *v = T::from_f32(value * inv_scale);
             }
         }
+        drop(launch);
     }
     Ok(read_scalar(&found)? != 0)
 }
@@ -467,5 +497,5 @@ pub fn zero<T: Float>(x: &mut Buffer<T>) -> Result<()> {
     let dev = x.device().clone();
     // SAFETY: the buffer's block is ours and holds at least `bytes` bytes; the default stream
     // orders the fill after earlier work on the buffer.
-    unsafe { dev.inner.backend.memset_zero(x.ptr(), bytes, RawStream(0)) }
+    unsafe { dev.fill_zero(x.ptr(), bytes, RawStream(0), 0) }
 }

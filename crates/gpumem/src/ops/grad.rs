@@ -4,7 +4,7 @@
 //! (`kernels.cu`), the same arithmetic in plain loops on cpu; sums accumulate in f64.
 
 use super::cuda::Arg;
-use super::elementwise::{f64_sq_diff_sum, f64_sum, launch, map, map2, update};
+use super::elementwise::{Launch, f64_sq_diff_sum, f64_sum, map, map2, update};
 use super::{Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
 use crate::buffer::Buffer;
 use crate::error::Result;
@@ -41,10 +41,11 @@ pub fn scale_by<T: Float>(x: &mut Buffer<T>, s: &Buffer<T>) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
+    let launch = Launch::begin(&dev, OP, x.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("scale_by_{}", T::DTYPE);
         let args = [Arg::Ptr(x.ptr()), Arg::Ptr(s.ptr()), Arg::U64(n as u64)];
-        return launch(&dev, OP, &kernel, n, &args);
+        return launch.cuda(&kernel, n, &args);
     }
     // SAFETY: cpu buffers in different blocks.
     let f = unsafe { host(s) }[0].to_f32();
@@ -54,10 +55,12 @@ pub fn scale_by<T: Float>(x: &mut Buffer<T>, s: &Buffer<T>) -> Result<()> {
     Ok(())
 }
 
-/// A one-element buffer holding `total[0] / divisor`, rounded once to `T`.
+/// A one-element buffer holding `total[0] / divisor`, rounded once to `T`: the second kernel of
+/// `op`, recorded as `f64_div`.
 fn f64_div<T: Float>(op: &'static str, total: &Buffer<f64>, divisor: usize) -> Result<Buffer<T>> {
     let dev = total.device().clone();
     let mut y = dev.alloc::<T>(1)?;
+    let launch = Launch::named(&dev, op, "f64_div", y.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("f64_div_{}", T::DTYPE);
         let args = [
@@ -65,7 +68,7 @@ fn f64_div<T: Float>(op: &'static str, total: &Buffer<f64>, divisor: usize) -> R
             Arg::U64(divisor as u64),
             Arg::Ptr(y.ptr()),
         ];
-        launch(&dev, op, &kernel, 1, &args)?;
+        launch.cuda(&kernel, 1, &args)?;
         return Ok(y);
     }
     // SAFETY: cpu buffers; y is a fresh block.
@@ -124,6 +127,7 @@ pub fn log_softmax<T: Float>(x: &Buffer<T>, rows: usize, cols: usize) -> Result<
     if n == 0 {
         return Ok(y);
     }
+    let launch = Launch::begin(&dev, OP, y.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("log_softmax_{}", T::DTYPE);
         let args = [
@@ -132,7 +136,7 @@ pub fn log_softmax<T: Float>(x: &Buffer<T>, rows: usize, cols: usize) -> Result<
             Arg::U64(rows as u64),
             Arg::U64(cols as u64),
         ];
-        launch(&dev, OP, &kernel, rows, &args)?;
+        launch.cuda(&kernel, rows, &args)?;
         return Ok(y);
     }
     // SAFETY: cpu buffers; y is a fresh block.
@@ -168,6 +172,7 @@ pub fn log_softmax_backward<T: Float>(
     if n == 0 {
         return Ok(dx);
     }
+    let launch = Launch::begin(&dev, OP, dx.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("log_softmax_backward_{}", T::DTYPE);
         let args = [
@@ -177,7 +182,7 @@ pub fn log_softmax_backward<T: Float>(
             Arg::U64(rows as u64),
             Arg::U64(cols as u64),
         ];
-        launch(&dev, OP, &kernel, rows, &args)?;
+        launch.cuda(&kernel, rows, &args)?;
         return Ok(dx);
     }
     // SAFETY: cpu buffers; dx is a fresh block.
@@ -251,6 +256,7 @@ pub fn nll_loss<T: Float>(
         return Err(invalid(OP, &dev, "the mean over no rows".into()));
     }
     let mut total = dev.alloc::<f64>(1)?;
+    let launch = Launch::begin(&dev, OP, logp.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("nll_sum_{}", T::DTYPE);
         let args = [
@@ -260,7 +266,7 @@ pub fn nll_loss<T: Float>(
             Arg::U64(cols as u64),
             Arg::Ptr(total.ptr()),
         ];
-        launch(&dev, OP, &kernel, rows, &args)?;
+        launch.cuda(&kernel, rows, &args)?;
     } else {
         // SAFETY: cpu buffers; total is a fresh block.
         let (l, t, out) = unsafe { (host(logp), host(targets), host_mut(&mut total)) };
@@ -270,6 +276,7 @@ pub fn nll_loss<T: Float>(
             .enumerate()
             .map(|(r, &c)| l[r * cols + c as usize].to_f32() as f64)
             .sum::<f64>();
+        drop(launch);
     }
     f64_div(OP, &total, rows)
 }
@@ -290,6 +297,7 @@ pub fn nll_loss_backward<T: Float>(
     if rows == 0 {
         return Ok(dx);
     }
+    let launch = Launch::begin(&dev, OP, dx.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("nll_backward_{}", T::DTYPE);
         let args = [
@@ -299,7 +307,7 @@ pub fn nll_loss_backward<T: Float>(
             Arg::U64(rows as u64),
             Arg::U64(cols as u64),
         ];
-        launch(&dev, OP, &kernel, rows, &args)?;
+        launch.cuda(&kernel, rows, &args)?;
         return Ok(dx);
     }
     // SAFETY: cpu buffers; dx is a fresh block.

@@ -5,7 +5,7 @@
 //! (`x.mul_(x)`): each element is read before it is written.
 
 use super::cuda::Arg;
-use super::elementwise::{launch, map, relu_f32, update, update_with};
+use super::elementwise::{Launch, map, relu_f32, update, update_with};
 use super::{Float, expect_len, host, host_mut, same_device};
 use crate::buffer::Buffer;
 use crate::error::Result;
@@ -67,6 +67,7 @@ fn ternary<T: Float>(
     if n == 0 {
         return Ok(());
     }
+    let launch = Launch::begin(&dev, op, x.size_bytes());
     if dev.is_cuda() {
         let kernel = format!("{op}_{}", T::DTYPE);
         let args = [
@@ -76,7 +77,7 @@ fn ternary<T: Float>(
             Arg::Ptr(b.ptr()),
             Arg::U64(n as u64),
         ];
-        return launch(&dev, op, &kernel, n, &args);
+        return launch.cuda(&kernel, n, &args);
     }
     // SAFETY: cpu buffers; a and b are copied before x is written.
     let (av, bv) = unsafe { (read(a), read(b)) };
