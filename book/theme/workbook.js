@@ -451,6 +451,7 @@
         var current = 0;
         view.go = function (i) {
             current = Math.max(0, Math.min(last, i));
+            view.current = current;
             slider.value = String(current);
             count.textContent = 'event ' + current + ' of 0 to ' + last;
             previous.disabled = current === 0;
@@ -467,25 +468,7 @@
             drawTimeline(view, history, current);
             drawSegments(view, history, current);
         };
-        previous.addEventListener('click', function () {
-            view.go(current - 1);
-        });
-        next.addEventListener('click', function () {
-            view.go(current + 1);
-        });
-        slider.addEventListener('input', function () {
-            view.go(Number(slider.value));
-        });
-        // The arrow keys step while the view has focus (instead of turning mdBook's page).
-        view.addEventListener('keydown', function (e) {
-            var step = { ArrowLeft: -1, ArrowRight: 1 }[e.key];
-            if (step === undefined || e.altKey || e.ctrlKey || e.metaKey) {
-                return;
-            }
-            e.preventDefault();
-            e.stopPropagation();
-            view.go(current + step);
-        });
+        wireSteps(view, previous, next, slider);
         after.insertAdjacentElement('afterend', view);
         view.go(0);
         // Drawn again at the width it gets: when the window changes, and when a closed
@@ -677,6 +660,7 @@
         var current = 0;
         view.go = function (i) {
             current = Math.max(0, Math.min(last, i));
+            view.current = current;
             slider.value = String(current);
             count.textContent = 'call ' + (current + 1) + ' of ' + work.length;
             previous.disabled = current === 0;
@@ -688,11 +672,20 @@
                                       span.getAttribute('data-call') === String(current));
             });
         };
+        wireSteps(view, previous, next, slider);
+        after.insertAdjacentElement('afterend', view);
+        view.go(0);
+    }
+
+    // A view's controls: "previous", "next", the slider, and the arrow keys while the view has
+    // focus (instead of turning mdBook's page) all ask view.go for the index to show; view.go
+    // keeps the index shown in view.current.
+    function wireSteps(view, previous, next, slider) {
         previous.addEventListener('click', function () {
-            view.go(current - 1);
+            view.go(view.current - 1);
         });
         next.addEventListener('click', function () {
-            view.go(current + 1);
+            view.go(view.current + 1);
         });
         slider.addEventListener('input', function () {
             view.go(Number(slider.value));
@@ -704,10 +697,8 @@
             }
             e.preventDefault();
             e.stopPropagation();
-            view.go(current + step);
+            view.go(view.current + step);
         });
-        after.insertAdjacentElement('afterend', view);
-        view.go(0);
     }
 
     function addHistoryViews() {

@@ -850,32 +850,9 @@ impl BookCheck {
                     )))
                     .await
                     .map_err(|e| format!("{at}: block {nth} of the segment map: {e}"))?;
-                client
-                    .execute(
-                        "arguments[0].scrollIntoView({block: 'center'});",
-                        vec![serde_json::to_value(&target).map_err(|e| e.to_string())?],
-                    )
+                point_at(client, &target, width == PHONE_WIDTH)
                     .await
-                    .map_err(|e| format!("{at}: scrolling to a block: {e}"))?;
-                if width == PHONE_WIDTH {
-                    target
-                        .click()
-                        .await
-                        .map_err(|e| format!("{at}: tapping a block: {e}"))?;
-                } else {
-                    use fantoccini::actions::{InputSource, MouseActions, PointerAction};
-                    let hover =
-                        MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
-                            element: target.clone(),
-                            duration: None,
-                            x: 0.0,
-                            y: 0.0,
-                        });
-                    client
-                        .perform_actions(hover)
-                        .await
-                        .map_err(|e| format!("{at}: hovering over a block: {e}"))?;
-                }
+                    .map_err(|e| format!("{at}: a block of the segment map: {e}"))?;
                 let info = seen(
                     "return document.querySelector('.content .wb-mv-block-info').textContent;",
                 )
@@ -1103,30 +1080,9 @@ impl BookCheck {
                 )))
                 .await
                 .map_err(|e| format!("{at}: the first upload's span: {e}"))?;
-            client
-                .execute(
-                    "arguments[0].scrollIntoView({block: 'center'});",
-                    vec![serde_json::to_value(&span).map_err(|e| e.to_string())?],
-                )
+            point_at(client, &span, width == PHONE_WIDTH)
                 .await
-                .map_err(|e| format!("{at}: scrolling to a span: {e}"))?;
-            if width == PHONE_WIDTH {
-                span.click()
-                    .await
-                    .map_err(|e| format!("{at}: tapping a span: {e}"))?;
-            } else {
-                use fantoccini::actions::{InputSource, MouseActions, PointerAction};
-                let hover = MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
-                    element: span.clone(),
-                    duration: None,
-                    x: 0.0,
-                    y: 0.0,
-                });
-                client
-                    .perform_actions(hover)
-                    .await
-                    .map_err(|e| format!("{at}: hovering over a span: {e}"))?;
-            }
+                .map_err(|e| format!("{at}: the first upload's span: {e}"))?;
             let info = client
                 .execute(
                     "return document.querySelector('.content .wb-actview .wb-mv-block-info')\
@@ -1424,6 +1380,39 @@ impl BookCheck {
         }
         Ok(())
     }
+}
+
+/// Brings `element` into view and points at it as a learner would: a tap on a phone, the mouse
+/// over it on a computer.
+async fn point_at(
+    client: &Client,
+    element: &fantoccini::elements::Element,
+    phone: bool,
+) -> Result<(), String> {
+    use fantoccini::actions::{InputSource, MouseActions, PointerAction};
+    client
+        .execute(
+            "arguments[0].scrollIntoView({block: 'center'});",
+            vec![serde_json::to_value(element).map_err(|e| e.to_string())?],
+        )
+        .await
+        .map_err(|e| format!("scrolling to it: {e}"))?;
+    if phone {
+        return element
+            .click()
+            .await
+            .map_err(|e| format!("tapping it: {e}"));
+    }
+    let hover = MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
+        element: element.clone(),
+        duration: None,
+        x: 0.0,
+        y: 0.0,
+    });
+    client
+        .perform_actions(hover)
+        .await
+        .map_err(|e| format!("hovering over it: {e}"))
 }
 
 /// chromedriver's browser log since the last call: the entries at level SEVERE (uncaught errors,
