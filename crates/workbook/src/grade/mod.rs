@@ -610,6 +610,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
                         .unwrap_or_else(|p| p.into_inner())
                         .insert((s, c), result);
                     if left[s].fetch_sub(1, Ordering::AcqRel) == 1 {
+                        build.scratch.lock().unwrap_or_else(|p| p.into_inner()).take();
                         announce(s);
                     }
                 }
@@ -853,7 +854,9 @@ fn forbid_unsafe(manifest: &str) -> Result<String> {
 
 /// A student's chapters, built in one workspace (kept, and locked, while they are tested).
 struct StudentBuild {
-    _scratch: Option<scratch::ScratchWorkspace>,
+    /// The workspace and its lock, let go once the student's last chapter is graded (a class of
+    /// thousands would otherwise hold a lock file open per student).
+    scratch: Mutex<Option<scratch::ScratchWorkspace>>,
     /// What each submitted chapter's build gave, by chapter name.
     chapters: BTreeMap<String, Compiled>,
 }
@@ -897,7 +900,7 @@ fn build_student(
     }
     if to_build.is_empty() {
         return StudentBuild {
-            _scratch: None,
+            scratch: Mutex::new(None),
             chapters,
         };
     }
@@ -941,7 +944,7 @@ fn build_student(
                 chapters.insert(spec.name().to_string(), Compiled::Error(why));
             }
             return StudentBuild {
-                _scratch: None,
+                scratch: Mutex::new(None),
                 chapters,
             };
         }
@@ -967,7 +970,7 @@ fn build_student(
         chapters.insert(spec.name().to_string(), compiled);
     }
     StudentBuild {
-        _scratch: Some(scratch),
+        scratch: Mutex::new(Some(scratch)),
         chapters,
     }
 }
