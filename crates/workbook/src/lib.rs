@@ -4,7 +4,7 @@
 //! - [`commands`]: one module per learner's and maintainer's command;
 //! - [`grade`]: the instructor's grading, its reports and the Gradescope package;
 //! - [`book`]: building and serving the book, its pages and its allocator pictures;
-//! - [`run`]: running learner code: scratch workspaces, the per-test-process runner, the sandbox;
+//! - [`run`](mod@run): running learner code: scratch workspaces, the per-test-process runner, the sandbox;
 //! - [`course`]: the course and the learner's state: the repository, `chapter.toml`, progress.
 
 #![warn(missing_docs)]

@@ -37,7 +37,7 @@ pub struct ExportGradescopeArgs {
     /// Where to write the zip.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-    /// Hidden tests to grade with too: FOLDER/<chapter>/*.rs and points.toml, as for `grade`.
+    /// Hidden tests to grade with too: FOLDER/CHAPTER/*.rs and points.toml, as for `grade`.
     #[arg(long, value_name = "FOLDER")]
     pub hidden_tests: Option<PathBuf>,
     /// run_autograder grades with `grade --no-sandbox` (where the sandbox cannot run): each

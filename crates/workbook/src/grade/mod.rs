@@ -57,14 +57,14 @@ pub struct GradeArgs {
     /// Grade only this chapter (name or unique prefix; repeat for more); default: all.
     #[arg(long = "chapter", value_name = "CHAPTER")]
     pub chapters: Vec<String>,
-    /// Add the tests in FOLDER/<chapter>/*.rs, which the learners never saw.
+    /// Add the tests in FOLDER/CHAPTER/*.rs, which the learners never saw.
     #[arg(long, value_name = "FOLDER")]
     pub hidden_tests: Option<PathBuf>,
     /// What to print on stdout: a table, or Gradescope's results.json.
     #[arg(long, value_enum, default_value_t = GradeFormat::Table)]
     pub format: GradeFormat,
     /// Write Gradescope's results.json to FILE (several submissions: FILE is a folder of
-    /// <student>.json).
+    /// STUDENT.json).
     #[arg(long, value_name = "FILE")]
     pub gradescope: Option<PathBuf>,
     /// Write JUnit XML (a test suite per student and chapter) to FILE.
@@ -140,7 +140,7 @@ pub struct GradeOptions {
     pub limits: Limits,
     /// Show a progress bar and one line per graded student on stderr.
     pub progress: bool,
-    /// Run every test in a bubblewrap sandbox ([`sandbox`]); grading refuses to start where it
+    /// Run every test in a bubblewrap sandbox ([`crate::run::sandbox`]); grading refuses to start where it
     /// cannot. `false` is `--no-sandbox`.
     pub sandbox: bool,
 }
