@@ -1,4 +1,7 @@
-//! `workbook book`: builds the mdBook in `book/` with mdBook as a library.
+//! The book: `workbook book` builds the mdBook in `book/` with mdBook as a library; [`pages`] is
+//! its preprocessor (the CLI lines, the quizzes, the solution gate), [`serve`] serves it on
+//! 127.0.0.1, and [`viz`] and [`pictures`] draw its allocator pictures (`workbook viz`,
+//! `workbook pictures`).
 //!
 //! mdBook only logs a broken `{{#include}}` and renders the page anyway, and an anchor that is not
 //! in the file silently includes nothing; both are errors here, naming the page and the link.
