@@ -610,11 +610,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
                         .unwrap_or_else(|p| p.into_inner())
                         .insert((s, c), result);
                     if left[s].fetch_sub(1, Ordering::AcqRel) == 1 {
-                        build
-                            .scratch
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .take();
+                        build.scratch.lock().unwrap_or_else(|p| p.into_inner()).take();
                         announce(s);
                     }
                 }
