@@ -40,38 +40,79 @@
         });
     }
 
-    // Self-check questions (written by `workbook book` from book/quizzes/): the first choice
-    // clicked is the answer; then every choice shows whether it was right, and the explanation
-    // opens.
+    // Self-check questions (written by `workbook book` from book/quizzes/). A question with one
+    // right answer has buttons: the first one clicked is the answer. One with several ("pick all
+    // that apply") has checkboxes and a check button: the boxes ticked are the answer, right only
+    // when they are exactly the right ones (as mdbook-quiz grades them). Once answered, every
+    // right choice is marked, a wrong pick too, the verdict is read out (aria-live) and the
+    // explanation opens. Without scripting the explanation is a closed <details> under the
+    // choices; here it stays hidden until the question is answered.
     function answerQuestions() {
         document.querySelectorAll('.content .wb-question').forEach(function (question) {
             var choices = Array.from(question.querySelectorAll('.wb-choice'));
-            choices.forEach(function (choice) {
-                choice.addEventListener('click', function () {
-                    if (question.classList.contains('wb-answered')) {
-                        return;
+            var verdict = question.querySelector('.wb-verdict');
+            var explanation = question.querySelector('.wb-explanation');
+            var submit = question.querySelector('.wb-submit');
+            if (explanation !== null) {
+                explanation.hidden = true;
+            }
+            function isRight(choice) {
+                return choice.getAttribute('data-right') === 'true';
+            }
+            function say(text) {
+                if (verdict !== null) {
+                    verdict.textContent = text;
+                    verdict.hidden = false;
+                }
+            }
+            // Marks the question answered with `picked` (the choices chosen).
+            function answer(picked) {
+                question.classList.add('wb-answered');
+                var right = choices.every(function (c) {
+                    return isRight(c) === (picked.indexOf(c) !== -1);
+                });
+                choices.forEach(function (c) {
+                    var box = c.querySelector('input');
+                    (box !== null ? box : c).disabled = true;
+                    if (picked.indexOf(c) !== -1) {
+                        c.classList.add('wb-chosen');
                     }
-                    question.classList.add('wb-answered');
-                    var right = choice.getAttribute('data-right') === 'true';
-                    choice.classList.add('wb-chosen');
-                    choices.forEach(function (c) {
-                        c.disabled = true;
-                        if (c.getAttribute('data-right') === 'true') {
-                            c.classList.add('wb-right');
-                        } else if (c === choice) {
-                            c.classList.add('wb-wrong');
-                        }
-                    });
-                    var verdict = question.querySelector('.wb-verdict');
-                    if (verdict !== null) {
-                        verdict.textContent = right ? 'Right.' : 'Not quite.';
-                        verdict.hidden = false;
-                    }
-                    var explanation = question.querySelector('.wb-explanation');
-                    if (explanation !== null) {
-                        explanation.hidden = false;
+                    if (isRight(c)) {
+                        c.classList.add('wb-right');
+                    } else if (picked.indexOf(c) !== -1) {
+                        c.classList.add('wb-wrong');
                     }
                 });
+                say(right ? 'Right.' : 'Not quite.');
+                if (explanation !== null) {
+                    explanation.hidden = false;
+                    explanation.open = true;
+                }
+            }
+            if (submit === null) {
+                choices.forEach(function (choice) {
+                    choice.addEventListener('click', function () {
+                        if (!question.classList.contains('wb-answered')) {
+                            answer([choice]);
+                        }
+                    });
+                });
+                return;
+            }
+            submit.hidden = false;
+            submit.addEventListener('click', function () {
+                if (question.classList.contains('wb-answered')) {
+                    return;
+                }
+                var picked = choices.filter(function (c) {
+                    return c.querySelector('input').checked;
+                });
+                if (picked.length === 0) {
+                    say('Tick at least one box first.');
+                    return;
+                }
+                answer(picked);
+                submit.disabled = true;
             });
         });
     }

@@ -7,7 +7,9 @@
 //! its warning with the solution hidden until its button is pressed, every link to a solution
 //! page (the chapter's "next" arrow included) lands on that gate, and the search shows no
 //! solution page. Every chapter with a quiz file shows 3 to 5 questions, and a question answered
-//! says whether it was right and shows its explanation. Chapter 3's interactive view of its
+//! says whether it was right and shows its explanation; chapter 4's "pick all that apply"
+//! question, answered by keyboard with one right box only and then by mouse with every right box,
+//! says "Not quite." and then "Right.", in the light and navy themes at 1280 and 390 px. Chapter 3's interactive view of its
 //! pictures steps through the allocator's events (next button, right arrow key) and shows a
 //! block's size, requested size and stream on hover and tap, in the light and navy themes at
 //! 1280 and 390 px. Chapter 7 shows its pictures of pinned memory and streams (their labels 10 px
@@ -284,6 +286,41 @@ const HISTORY_PAGE: &str = "ch03-drop-and-empty-cache";
 /// The chapter page whose pictures of pinned memory and streams, and their view, are checked.
 const ACTIVITY_PAGE: &str = "ch07-pinned-memory";
 
+/// The chapter page whose "pick all that apply" question is answered wrongly and then rightly.
+const SEVERAL_PAGE: &str = "ch04-memory-stats";
+
+/// The first "pick all that apply" question of the page (the one with a check button), or null:
+/// what it says, how many choices and checkboxes it has, whether its button and its open
+/// explanation show, the verdict and its aria-live, how many boxes are ticked, whether every box
+/// is disabled, whether exactly the right choices are marked right, how many are marked wrong,
+/// and a choice's background colour. Runs in the page.
+const SEVERAL_STATE: &str = r#"
+const button = document.querySelector('.content .wb-submit');
+if (button === null) { return null; }
+const q = button.closest('.wb-question');
+const e = q.querySelector('.wb-explanation');
+const v = q.querySelector('.wb-verdict');
+const labels = Array.from(q.querySelectorAll('.wb-choice'));
+const box = (l) => l.querySelector('input[type="checkbox"]');
+const pick = q.querySelector('.wb-pick');
+return {
+    pick: pick === null ? '' : pick.textContent,
+    choices: labels.length,
+    boxes: labels.filter((l) => l.tagName === 'LABEL' && box(l) !== null).length,
+    button: button.offsetHeight > 0,
+    explanation: e !== null && e.offsetHeight > 0 && e.open,
+    text: e === null ? '' : e.textContent,
+    verdict: v.textContent,
+    live: v.getAttribute('aria-live'),
+    ticked: labels.filter((l) => box(l) !== null && box(l).checked).length,
+    disabled: labels.every((l) => box(l) !== null && box(l).disabled),
+    marked: labels.every((l) =>
+        l.classList.contains('wb-right') === (l.getAttribute('data-right') === 'true')),
+    wrong: labels.filter((l) => l.classList.contains('wb-wrong')).length,
+    background: getComputedStyle(labels[0]).backgroundColor,
+};
+"#;
+
 /// The phone's window width, and the smallest a picture's label may be drawn on it, in CSS px.
 const PHONE_WIDTH: u32 = 390;
 const MIN_LABEL_PX: f64 = 10.0;
@@ -530,6 +567,9 @@ impl BookCheck {
         report
             .problems
             .extend(self.answer_a_question(client).await?);
+        report
+            .problems
+            .extend(self.answer_a_several_answer_question(client).await?);
         for file in files.iter().filter(|f| is_solution_page(f)) {
             report
                 .problems
@@ -574,7 +614,7 @@ impl BookCheck {
                  wrong.scrollIntoView(); wrong.click(); \
                  const verdict = q.querySelector('.wb-verdict').textContent; \
                  const right = q.querySelector('.wb-choice.wb-right'); \
-                 return [verdict, e.offsetHeight > 0, right !== null \
+                 return [verdict, e.offsetHeight > 0 && e.open, right !== null \
                    && right.getAttribute('data-right') === 'true', e.textContent.trim()];",
                 vec![],
             )
@@ -587,7 +627,7 @@ impl BookCheck {
                     problems.push(format!("{file}: a wrong answer's verdict is {verdict}"));
                 }
                 if shown != &json!(true)
-                    || !text.as_str().is_some_and(|t| t.starts_with("The answer:"))
+                    || !text.as_str().is_some_and(|t| t.contains("The answer:"))
                 {
                     problems.push(format!("{file}: the explanation did not show ({text})"));
                 }
@@ -601,6 +641,156 @@ impl BookCheck {
             self.screenshot(client, dir, "ch03-question-answered")
                 .await?;
         }
+        Ok(problems)
+    }
+
+    /// Chapter 4's "pick all that apply" question ([`SEVERAL_PAGE`]), in the light and navy
+    /// themes at 1280 and 390 px: it says so and shows a checkbox per choice and a check button;
+    /// checking with no box ticked asks for one and answers nothing; one right box only, ticked
+    /// with the space key and checked with the Enter key, is "Not quite." and marks every right
+    /// choice; every right box, clicked, is "Right.". Each answer opens the explanation, leaves
+    /// the boxes disabled and makes nothing scroll sideways; the two themes colour it differently.
+    async fn answer_a_several_answer_question(
+        &self,
+        client: &Client,
+    ) -> Result<Vec<String>, String> {
+        use fantoccini::Locator::Css;
+        let file = format!("{SEVERAL_PAGE}.html");
+        let mut problems = Vec::new();
+        let mut backgrounds = BTreeMap::new();
+        for theme in ["light", "navy"] {
+            for width in [1280, PHONE_WIDTH] {
+                let at = format!("{file} ({theme}, {width} px)");
+                client
+                    .set_window_size(width, 900)
+                    .await
+                    .map_err(|e| format!("resizing the window: {e}"))?;
+                self.open(client, &file).await?;
+                client
+                    .execute(
+                        "localStorage.setItem('mdbook-theme', arguments[0]);",
+                        vec![json!(theme)],
+                    )
+                    .await
+                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                let state = || async {
+                    client
+                        .execute(SEVERAL_STATE, vec![])
+                        .await
+                        .map_err(|e| format!("{at}: reading the question: {e}"))
+                };
+                // One right box only, by keyboard.
+                self.open(client, &file).await?;
+                let before = state().await?;
+                if before.is_null() {
+                    problems.push(format!("{at}: no \"pick all that apply\" question"));
+                    continue;
+                }
+                let choices = before["choices"].as_u64().unwrap_or(0);
+                if before["pick"] != json!("Pick all that apply.")
+                    || before["boxes"] != json!(choices)
+                    || choices < 3
+                    || before["button"] != json!(true)
+                    || before["explanation"] != json!(false)
+                    || before["live"] != json!("polite")
+                {
+                    problems.push(format!("{at}: before answering, the question is {before}"));
+                }
+                let submit = client
+                    .find(Css(".content .wb-submit"))
+                    .await
+                    .map_err(|e| format!("{at}: the check button: {e}"))?;
+                point_at(client, &submit, true)
+                    .await
+                    .map_err(|e| format!("{at}: the check button with no box ticked: {e}"))?;
+                let empty = state().await?;
+                if empty["verdict"] != json!("Tick at least one box first.")
+                    || empty["explanation"] != json!(false)
+                    || empty["disabled"] != json!(false)
+                {
+                    problems.push(format!("{at}: checked with no box ticked, it is {empty}"));
+                }
+                client
+                    .find(Css(".content label.wb-choice[data-right=\"true\"] input"))
+                    .await
+                    .map_err(|e| format!("{at}: a right box: {e}"))?
+                    .send_keys(" ")
+                    .await
+                    .map_err(|e| format!("{at}: ticking a right box with the space key: {e}"))?;
+                submit
+                    .send_keys("\u{E007}")
+                    .await
+                    .map_err(|e| format!("{at}: pressing Enter on the check button: {e}"))?;
+                let wrong = state().await?;
+                if wrong["ticked"] != json!(1)
+                    || wrong["verdict"] != json!("Not quite.")
+                    || wrong["wrong"] != json!(0)
+                {
+                    problems.push(format!("{at}: one right box only gives {wrong}"));
+                }
+                for problem in self.overflow(client, &file, width == PHONE_WIDTH).await? {
+                    problems.push(format!("{at}, answered: {problem}"));
+                }
+                // Every right box, by mouse (a tap on a phone).
+                self.open(client, &file).await?;
+                let boxes = client
+                    .find_all(Css(".content label.wb-choice[data-right=\"true\"] input"))
+                    .await
+                    .map_err(|e| format!("{at}: the right boxes: {e}"))?;
+                for right in &boxes {
+                    point_at(client, right, true)
+                        .await
+                        .map_err(|e| format!("{at}: ticking a right box: {e}"))?;
+                }
+                let submit = client
+                    .find(Css(".content .wb-submit"))
+                    .await
+                    .map_err(|e| format!("{at}: the check button: {e}"))?;
+                point_at(client, &submit, true)
+                    .await
+                    .map_err(|e| format!("{at}: the check button: {e}"))?;
+                let right = state().await?;
+                if boxes.len() < 2
+                    || right["ticked"] != json!(boxes.len())
+                    || right["verdict"] != json!("Right.")
+                {
+                    problems.push(format!("{at}: every right box gives {right}"));
+                }
+                for (what, seen) in [("one right box only", &wrong), ("every right box", &right)] {
+                    if seen["explanation"] != json!(true)
+                        || !seen["text"]
+                            .as_str()
+                            .is_some_and(|t| t.contains("The right answers:"))
+                        || seen["disabled"] != json!(true)
+                        || seen["marked"] != json!(true)
+                    {
+                        problems.push(format!(
+                            "{at}: after {what}, the explanation, the disabled boxes or the \
+                             marks are missing: {seen}"
+                        ));
+                    }
+                }
+                backgrounds.insert(theme, right["background"].clone());
+                if let Some(dir) = &self.screenshots {
+                    self.screenshot(client, dir, &format!("{SEVERAL_PAGE}-quiz-{theme}-{width}"))
+                        .await?;
+                }
+            }
+        }
+        if backgrounds.get("light") == backgrounds.get("navy") {
+            problems.push(format!(
+                "{file}: the question's choices are {:?} in the light and navy themes alike",
+                backgrounds.get("light")
+            ));
+        }
+        client
+            .execute("localStorage.setItem('mdbook-theme', 'light');", vec![])
+            .await
+            .map_err(|e| format!("choosing the light theme again: {e}"))?;
+        client
+            .set_window_size(1280, 900)
+            .await
+            .map_err(|e| format!("resizing the window back: {e}"))?;
         Ok(problems)
     }
 

@@ -5,7 +5,8 @@
 //! A chapter page also gets its self-check questions: `book/quizzes/<chapter>.toml`, written in
 //! mdbook-quiz 0.5.0's format (`[[questions]]` of `type = "MultipleChoice"` with `prompt.prompt`,
 //! `prompt.distractors`, `answer.answer` and `context`), is shown before the page's
-//! "## Exercises" as buttons that answer at once and then explain (theme/workbook.js). When
+//! "## Exercises" as buttons that answer at once, or for several right answers as checkboxes
+//! and a button that checks them, and then explain (theme/workbook.js). When
 //! `book.toml` has a `[preprocessor.quiz]` table, mdbook-quiz shows them instead: the page gets
 //! its `{{#quiz ...}}` line there, and `workbook book` runs this preprocessor before mdbook-quiz.
 //!
@@ -535,13 +536,17 @@ impl Quiz {
     }
 
     /// The questions as the built-in renderer shows them: a heading, then per question its
-    /// prompt, its choices and its hidden explanation. The right answer goes at
-    /// `prompt.answerIndex`, or with `prompt.sortAnswers` the choices are sorted, or else it
-    /// goes at a place that depends on the prompt. Errors name a question of a kind it cannot
-    /// show (mdbook-quiz can: see the instructors' guide).
+    /// prompt, its choices and its explanation in a closed `<details>` (theme/workbook.js hides
+    /// it until the question is answered; without scripting it opens on a click). A question
+    /// with one right answer shows its choices as buttons; one with several ("pick all that
+    /// apply") as checkboxes and a button that checks them, hidden until the script shows it.
+    /// The right answers go at `prompt.answerIndex` (together, as mdbook-quiz puts them), or
+    /// with `prompt.sortAnswers` the choices are sorted, or else each goes at a place that
+    /// depends on the prompt. Errors name a question of a kind it cannot show (mdbook-quiz can:
+    /// see the instructors' guide).
     pub fn render(&self, chapter: &str) -> Result<String> {
-        const ONLY: &str = "the built-in renderer shows one-answer MultipleChoice questions only \
-                            (mdbook-quiz shows the rest: see \"Self-check questions\" in \
+        const ONLY: &str = "the built-in renderer cannot show it \
+                            (mdbook-quiz can: see \"Self-check questions\" in \
                             book/src/instructors.md)";
         let mut out = String::from(
             "## Check yourself\n\n\
@@ -558,13 +563,9 @@ impl Quiz {
                     bail!("question {n} is a Tracing question (a program to trace); {ONLY}")
                 }
             };
-            let answer = match &q.answer.answer {
-                Answers::One(answer) => answer,
-                Answers::All(all) if all.len() == 1 => &all[0],
-                Answers::All(all) => bail!(
-                    "question {n} has {} right answers (\"pick all that apply\"); {ONLY}",
-                    all.len()
-                ),
+            let answers: Vec<&str> = match &q.answer.answer {
+                Answers::One(answer) => vec![answer.as_str()],
+                Answers::All(all) => all.iter().map(String::as_str).collect(),
             };
             if let Some(key) = &q.multipart {
                 bail!("question {n} is in multipart group {key:?}; {ONLY}");
@@ -572,42 +573,89 @@ impl Quiz {
             if q.prompt_explanation == Some(true) {
                 bail!("question {n} asks for a written justification (promptExplanation); {ONLY}");
             }
-            let mut choices: Vec<(&str, bool)> = q
-                .prompt
-                .distractors
-                .iter()
-                .map(|d| (d.as_str(), false))
-                .collect();
-            let at = q
-                .prompt
-                .answer_index
-                .unwrap_or_else(|| fnv1a(&q.prompt.prompt) as usize % (choices.len() + 1));
-            choices.insert(at, (answer.as_str(), true));
-            if q.prompt.sort_answers == Some(true) {
-                choices.sort();
-            }
+            let several = answers.len() > 1;
+            let id = format!("wb-question-{chapter}-{n}");
             out.push_str(&format!(
-                "<div class=\"wb-question\" id=\"wb-question-{chapter}-{n}\">\n\
-                 <p class=\"wb-prompt\"><strong>Question {n}.</strong> {prompt}</p>\n\
-                 <div class=\"wb-choices\">\n",
-                prompt = inline(&q.prompt.prompt)
+                "<div class=\"wb-question\" id=\"{id}\">\n\
+                 <p class=\"wb-prompt\" id=\"{id}-prompt\"><strong>Question {n}.</strong> {}</p>\n",
+                inline(&q.prompt.prompt)
             ));
-            for (text, right) in choices {
+            if several {
                 out.push_str(&format!(
-                    "<button type=\"button\" class=\"wb-choice\" data-right=\"{right}\">{}</button>\n",
-                    inline(text)
+                    "<p class=\"wb-pick\">Pick all that apply.</p>\n\
+                     <div class=\"wb-choices\" role=\"group\" aria-labelledby=\"{id}-prompt\">\n"
                 ));
+            } else {
+                out.push_str("<div class=\"wb-choices\">\n");
             }
+            for (text, right) in choices(&q.prompt, &answers) {
+                if several {
+                    out.push_str(&format!(
+                        "<label class=\"wb-choice\" data-right=\"{right}\">\
+                         <input type=\"checkbox\"> <span>{}</span></label>\n",
+                        inline(text)
+                    ));
+                } else {
+                    out.push_str(&format!(
+                        "<button type=\"button\" class=\"wb-choice\" data-right=\"{right}\">{}</button>\n",
+                        inline(text)
+                    ));
+                }
+            }
+            out.push_str("</div>\n");
+            if several {
+                out.push_str(
+                    "<button type=\"button\" class=\"wb-submit\" hidden>Check my answer</button>\n",
+                );
+            }
+            let answer = if several {
+                let items: Vec<String> = answers.iter().map(|a| format!("- {a}\n")).collect();
+                format!("**The right answers:**\n\n{}\n", items.concat())
+            } else {
+                format!("**The answer: {}.** ", answers[0].trim_end_matches('.'))
+            };
             out.push_str(&format!(
-                "</div>\n<p class=\"wb-verdict\" hidden></p>\n\
-                 <div class=\"wb-explanation\" hidden>\n\n\
-                 **The answer: {}.** {}\n\n</div>\n</div>\n\n",
-                answer.trim_end_matches('.'),
+                "<p class=\"wb-verdict\" aria-live=\"polite\"></p>\n\
+                 <details class=\"wb-explanation\">\n\
+                 <summary>The answer and why</summary>\n\n\
+                 {answer}{}\n\n</details>\n</div>\n\n",
                 q.context.as_deref().unwrap_or_default().trim()
             ));
         }
         Ok(out)
     }
+}
+
+/// A question's choices in the order shown, each with whether it is right: its wrong answers
+/// with its right `answers` placed among them (see [`Quiz::render`]).
+fn choices<'a>(prompt: &'a ChoicePrompt, answers: &[&'a str]) -> Vec<(&'a str, bool)> {
+    let mut choices: Vec<(&str, bool)> = prompt
+        .distractors
+        .iter()
+        .map(|d| (d.as_str(), false))
+        .collect();
+    match prompt.answer_index {
+        Some(at) => {
+            let right = answers.iter().map(|a| (*a, true));
+            choices.splice(at..at, right);
+        }
+        None => {
+            for answer in answers {
+                // One right answer keeps the place it has always had (from the prompt alone).
+                let key = if answers.len() == 1 {
+                    prompt.prompt.clone()
+                } else {
+                    format!("{}{answer}", prompt.prompt)
+                };
+                let at = fnv1a(&key) as usize % (choices.len() + 1);
+                choices.insert(at, (answer, true));
+            }
+        }
+    }
+    if prompt.sort_answers == Some(true) {
+        choices.sort();
+    }
+    choices
 }
 
 /// `content` with `quiz` placed before its "## Exercises" heading (outside code), or at its end.
@@ -673,15 +721,19 @@ mod quiz_tests {
         format!("{:#}", quiz.render("ch01-x").unwrap_err())
     }
 
-    /// The choices of question `n` (from 1) in rendered HTML, with whether each is right.
+    /// The choices of question `n` (from 1) in rendered HTML (buttons, or checkboxes in labels),
+    /// with whether each is right.
     fn choices(html: &str, n: usize) -> Vec<(String, bool)> {
         let question = html.split("class=\"wb-question\"").nth(n).unwrap();
         question
-            .split("<button type=\"button\" class=\"wb-choice\" data-right=\"")
+            .split(" class=\"wb-choice\" data-right=\"")
             .skip(1)
             .map(|b| {
                 let (right, rest) = b.split_once("\">").unwrap();
-                let text = rest.split_once("</button>").unwrap().0;
+                let rest = rest
+                    .strip_prefix("<input type=\"checkbox\"> <span>")
+                    .unwrap_or(rest);
+                let text = rest.split_once("</").unwrap().0;
                 (text.to_string(), right == "true")
             })
             .collect()
@@ -698,9 +750,13 @@ mod quiz_tests {
         assert!(html.contains("&lt;b&gt;") && !html.contains("<b>"));
         assert!(
             html.contains(
-                "<div class=\"wb-explanation\" hidden>\n\n**The answer: 2 MiB.** Because."
-            )
+                "<p class=\"wb-verdict\" aria-live=\"polite\"></p>\n\
+                 <details class=\"wb-explanation\">\n<summary>The answer and why</summary>\n\n\
+                 **The answer: 2 MiB.** Because.\n\n</details>"
+            ),
+            "{html}"
         );
+        assert!(!html.contains("checkbox") && !html.contains("Pick all"));
     }
 
     #[test]
@@ -755,20 +811,108 @@ mod quiz_tests {
         assert!(parse_error(&both).contains("both prompt.answerIndex and prompt.sortAnswers"));
     }
 
+    /// `ONE` with three right answers, the last one ending in a full stop.
+    const SEVERAL: &str = "[[questions]]\ntype = \"MultipleChoice\"\n\
+                           prompt.prompt = \"Which are `x`?\"\n\
+                           answer.answer = [\"2 MiB\", \"2048 KiB\", \"2097152 B.\"]\n\
+                           prompt.distractors = [\"<b>\", \"20 MiB\"]\ncontext = \"Because.\"\n";
+
     #[test]
-    fn a_list_of_one_right_answer_renders_and_of_several_is_refused() {
+    fn a_list_of_one_right_answer_renders_as_one_answer() {
         let one = ONE.replace("\"2 MiB\"\n", "[\"2 MiB\"]\n");
-        let html = Quiz::parse(&one.repeat(3)).unwrap().render("ch01-x");
-        assert_eq!(html.unwrap().matches("data-right=\"true\"").count(), 3);
-        let two = ONE.replace("\"2 MiB\"\n", "[\"2 MiB\", \"2048 KiB\"]\n");
-        let err = render_error(&format!("{ONE}{ONE}{two}"));
-        assert!(
-            err.contains("question 3 has 2 right answers (\"pick all that apply\")"),
-            "{err}"
+        let html = Quiz::parse(&one.repeat(3))
+            .unwrap()
+            .render("ch01-x")
+            .unwrap();
+        assert_eq!(
+            html,
+            Quiz::parse(&ONE.repeat(3))
+                .unwrap()
+                .render("ch01-x")
+                .unwrap()
         );
         let none = ONE.replace("\"2 MiB\"\n", "[]\n");
         let err = parse_error(&format!("{none}{ONE}{ONE}"));
         assert!(err.contains("question 1 has an empty list"), "{err}");
+    }
+
+    #[test]
+    fn several_right_answers_render_as_labelled_checkboxes_and_a_hidden_check_button() {
+        let html = Quiz::parse(&format!("{ONE}{SEVERAL}{ONE}"))
+            .unwrap()
+            .render("ch01-x")
+            .unwrap();
+        let question = html.split("class=\"wb-question\"").nth(2).unwrap();
+        assert!(
+            question.starts_with(
+                " id=\"wb-question-ch01-x-2\">\n\
+                 <p class=\"wb-prompt\" id=\"wb-question-ch01-x-2-prompt\">\
+                 <strong>Question 2.</strong> Which are <code>x</code>?</p>\n\
+                 <p class=\"wb-pick\">Pick all that apply.</p>\n\
+                 <div class=\"wb-choices\" role=\"group\" \
+                 aria-labelledby=\"wb-question-ch01-x-2-prompt\">\n"
+            ),
+            "{question}"
+        );
+        // Every choice once, a checkbox inside its label; the right ones marked as a one-answer
+        // question marks its right button (data-right), and nowhere else before the explanation.
+        let mut shown = choices(&html, 2);
+        assert_eq!(question.matches("<label class=\"wb-choice\"").count(), 5);
+        assert_eq!(question.matches("<input type=\"checkbox\">").count(), 5);
+        assert!(!question.contains("<button type=\"button\" class=\"wb-choice\""));
+        shown.sort();
+        assert_eq!(
+            shown,
+            [
+                ("&lt;b&gt;".to_string(), false),
+                ("2 MiB".to_string(), true),
+                ("20 MiB".to_string(), false),
+                ("2048 KiB".to_string(), true),
+                ("2097152 B.".to_string(), true),
+            ]
+        );
+        let (choices_part, explanation) = question.split_once("<details").unwrap();
+        assert_eq!(choices_part.matches("data-right=\"true\"").count(), 3);
+        assert_eq!(choices_part.matches("2048 KiB").count(), 1);
+        assert!(
+            choices_part.ends_with(
+                "</div>\n<button type=\"button\" class=\"wb-submit\" hidden>Check my answer</button>\n\
+                 <p class=\"wb-verdict\" aria-live=\"polite\"></p>\n"
+            ),
+            "{choices_part}"
+        );
+        assert!(
+            explanation.starts_with(
+                " class=\"wb-explanation\">\n<summary>The answer and why</summary>\n\n\
+                 **The right answers:**\n\n- 2 MiB\n- 2048 KiB\n- 2097152 B.\n\nBecause.\n\n</details>"
+            ),
+            "{explanation}"
+        );
+        // The other questions stay one-answer buttons.
+        assert_eq!(html.matches("Pick all that apply.").count(), 1);
+        assert_eq!(html.matches("wb-submit").count(), 1);
+        assert_eq!(choices(&html, 1).len(), 3);
+    }
+
+    #[test]
+    fn answer_index_puts_several_right_answers_together_there() {
+        let at = SEVERAL.replace("context", "prompt.answerIndex = 1\ncontext");
+        let html = Quiz::parse(&format!("{ONE}{ONE}{at}"))
+            .unwrap()
+            .render("ch01-x")
+            .unwrap();
+        let order: Vec<bool> = choices(&html, 3).into_iter().map(|c| c.1).collect();
+        assert_eq!(order, [false, true, true, true, false]);
+        let sorted = SEVERAL.replace("context", "prompt.sortAnswers = true\ncontext");
+        let html = Quiz::parse(&format!("{ONE}{ONE}{sorted}"))
+            .unwrap()
+            .render("ch01-x")
+            .unwrap();
+        let texts: Vec<String> = choices(&html, 3).into_iter().map(|c| c.0).collect();
+        assert_eq!(
+            texts,
+            ["2 MiB", "20 MiB", "2048 KiB", "2097152 B.", "&lt;b&gt;"]
+        );
     }
 
     #[test]
