@@ -643,6 +643,7 @@ fn tail(text: &str, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::book::viz::tests::entry;
     use gpumem::{TraceAction, TraceEntry};
 
     fn picture(file: &str, contents: &str) -> Picture {
@@ -773,26 +774,6 @@ mod tests {
         );
         // No clock time goes into the book: the same program gives the same bytes.
         assert!(!made[4].contents.contains("456"));
-    }
-
-    fn entry(
-        action: TraceAction,
-        addr: u64,
-        size: u64,
-        allocated: u64,
-        reserved: u64,
-    ) -> TraceEntry {
-        TraceEntry {
-            action,
-            addr,
-            size,
-            stream: 0,
-            allocated,
-            reserved,
-            time_us: 0,
-            frame: None,
-            label: None,
-        }
     }
 
     #[test]

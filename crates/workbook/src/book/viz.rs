@@ -847,13 +847,15 @@ fn count_step(n: usize) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use gpumem::history::{BlockInfo, TraceEntry};
 
     const MIB: u64 = 1 << 20;
 
-    fn entry(
+    /// A trace entry on stream 0 at time 0, without a frame or label (the pictures' tests use
+    /// it too).
+    pub(crate) fn entry(
         action: TraceAction,
         addr: u64,
         size: u64,
