@@ -432,17 +432,9 @@
         view.setAttribute('aria-label', 'The allocator’s events, step by step');
         view.appendChild(element('p', 'wb-mv-title', 'Step through the allocator’s '
             + history.trace.length + ' events (' + history.device + ')'));
-        var controls = element('div', 'wb-mv-controls');
-        var previous = element('button', 'wb-mv-previous', '◀ previous');
-        var next = element('button', 'wb-mv-next', 'next ▶');
-        var slider = element('input', 'wb-mv-slider');
-        slider.type = 'range';
-        slider.min = '0';
-        slider.max = String(last);
-        slider.setAttribute('aria-label', 'event');
-        var count = element('span', 'wb-mv-count');
-        controls.append(previous, slider, next, count);
-        view.appendChild(controls);
+        var controls = addSteps(view, last, 'event');
+        var previous = controls.previous, next = controls.next;
+        var slider = controls.slider, count = controls.count;
         view.event = element('p', 'wb-mv-event');
         view.event.setAttribute('aria-live', 'polite');
         view.appendChild(view.event);
@@ -509,7 +501,6 @@
             drawTimeline(view, history, current);
             drawSegments(view, history, current);
         };
-        wireSteps(view, previous, next, slider);
         after.insertAdjacentElement('afterend', view);
         view.go(0);
         // Drawn again at the width it gets: when the window changes, and when a closed
@@ -580,17 +571,9 @@
         view.setAttribute('aria-label', 'The copies and kernels, call by call');
         view.appendChild(element('p', 'wb-mv-title', 'Step through the ' + work.length
             + ' copies and kernels (' + activity.device + ')'));
-        var controls = element('div', 'wb-mv-controls');
-        var previous = element('button', 'wb-mv-previous', '◀ previous');
-        var next = element('button', 'wb-mv-next', 'next ▶');
-        var slider = element('input', 'wb-mv-slider');
-        slider.type = 'range';
-        slider.min = '0';
-        slider.max = String(last);
-        slider.setAttribute('aria-label', 'call');
-        var count = element('span', 'wb-mv-count');
-        controls.append(previous, slider, next, count);
-        view.appendChild(controls);
+        var controls = addSteps(view, last, 'call');
+        var previous = controls.previous, next = controls.next;
+        var slider = controls.slider, count = controls.count;
         var said = element('p', 'wb-mv-event');
         said.setAttribute('aria-live', 'polite');
         view.appendChild(said);
@@ -713,15 +696,25 @@
                                       span.getAttribute('data-call') === String(current));
             });
         };
-        wireSteps(view, previous, next, slider);
         after.insertAdjacentElement('afterend', view);
         view.go(0);
     }
 
-    // A view's controls: "previous", "next", the slider, and the arrow keys while the view has
-    // focus (instead of turning mdBook's page) all ask view.go for the index to show; view.go
-    // keeps the index shown in view.current.
-    function wireSteps(view, previous, next, slider) {
+    // Adds a view's step controls ("previous", a slider over 0..last, "next" and a count); they,
+    // and the arrow keys while the view has focus (instead of turning mdBook's page), ask view.go
+    // for the index to show, and view.go keeps the index shown in view.current.
+    function addSteps(view, last, label) {
+        var controls = element('div', 'wb-mv-controls');
+        var previous = element('button', 'wb-mv-previous', '◀ previous');
+        var next = element('button', 'wb-mv-next', 'next ▶');
+        var slider = element('input', 'wb-mv-slider');
+        slider.type = 'range';
+        slider.min = '0';
+        slider.max = String(last);
+        slider.setAttribute('aria-label', label);
+        var count = element('span', 'wb-mv-count');
+        controls.append(previous, slider, next, count);
+        view.appendChild(controls);
         previous.addEventListener('click', function () {
             view.go(view.current - 1);
         });
@@ -740,6 +733,7 @@
             e.stopPropagation();
             view.go(view.current + step);
         });
+        return { previous: previous, next: next, slider: slider, count: count };
     }
 
     function addHistoryViews() {

@@ -783,14 +783,7 @@ impl BookCheck {
                 backgrounds.get("light")
             ));
         }
-        client
-            .execute("localStorage.setItem('mdbook-theme', 'light');", vec![])
-            .await
-            .map_err(|e| format!("choosing the light theme again: {e}"))?;
-        client
-            .set_window_size(1280, 900)
-            .await
-            .map_err(|e| format!("resizing the window back: {e}"))?;
+        light_at_1280(client).await?;
         Ok(problems)
     }
 
@@ -1133,14 +1126,7 @@ impl BookCheck {
                 bars.get("light")
             ));
         }
-        client
-            .execute("localStorage.setItem('mdbook-theme', 'light');", vec![])
-            .await
-            .map_err(|e| format!("choosing the light theme again: {e}"))?;
-        client
-            .set_window_size(1280, 900)
-            .await
-            .map_err(|e| format!("resizing the window back: {e}"))?;
+        light_at_1280(client).await?;
         Ok(problems)
     }
 
@@ -1570,6 +1556,19 @@ impl BookCheck {
         }
         Ok(())
     }
+}
+
+/// Puts the browser back as the other checks expect it: the light theme, 1280 px wide.
+async fn light_at_1280(client: &Client) -> Result<(), String> {
+    client
+        .execute("localStorage.setItem('mdbook-theme', 'light');", vec![])
+        .await
+        .map_err(|e| format!("choosing the light theme again: {e}"))?;
+    client
+        .set_window_size(1280, 900)
+        .await
+        .map_err(|e| format!("resizing the window back: {e}"))?;
+    Ok(())
 }
 
 /// Brings `element` into view and points at it as a learner would: a tap on a phone, the mouse
