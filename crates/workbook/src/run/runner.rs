@@ -562,43 +562,22 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
         cmd.env(key, value);
     }
     let start = Instant::now();
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .with_context(|| format!("starting {}", case.binary.display()))?;
     // Only the test process holds the write end now.
     let log = log.map(|(read, _write)| read);
     let pid = child.id() as libc::pid_t;
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| read_capped(s, options.output_limit));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|s| read_capped(s, options.output_limit));
-    let (tx, rx) = mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let status = match rx.recv_timeout(options.timeout) {
-        Ok(status) => Some(status.context("waiting for a test process")?),
-        Err(mpsc::RecvTimeoutError::Timeout) => None,
-        Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of a test process"),
-    };
+    let watched = Watched::new(child, options.output_limit);
+    let status = watched.wait(options.timeout, "a test process")?;
     // SAFETY: signals the process group the test leads: the test itself when it timed out (it is
     // not reaped yet, so its id is still ours), and anything it left behind in either case.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
-    let status = match status {
-        Some(status) => Some(status),
-        None => {
-            let _ = rx.recv();
-            None
-        }
-    };
-    let _ = waiter.join();
+    if status.is_none() {
+        let _ = watched.ended.recv();
+    }
     let duration = start.elapsed();
-    let stdout = stdout.map(finish_reader).unwrap_or_default();
-    let stderr = stderr.map(finish_reader).unwrap_or_default();
+    let (stdout, stderr) = watched.output();
     // The harness warns (without a newline) that `--logfile` is deprecated: not the test's words.
     let stderr = match stderr.strip_prefix(LOGFILE_WARNING) {
         Some(rest) if log.is_some() => rest.strip_prefix('\n').unwrap_or(rest).to_string(),
@@ -661,7 +640,7 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
         .process_group(0);
     die_with_parent(&mut prepared.command);
     let start = Instant::now();
-    let mut child = prepared
+    let child = prepared
         .command
         .spawn()
         .with_context(|| format!("starting {} for {}", sandbox.bwrap().display(), case.name))?;
@@ -672,23 +651,8 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
     std::thread::spawn(move || {
         let _ = pid_tx.send(sandbox::read_child_pid(info));
     });
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| read_capped(s, options.output_limit));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|s| read_capped(s, options.output_limit));
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let status = match rx.recv_timeout(options.timeout) {
-        Ok(status) => Some(status.context("waiting for a sandboxed test")?),
-        Err(mpsc::RecvTimeoutError::Timeout) => None,
-        Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of a sandboxed test"),
-    };
+    let watched = Watched::new(child, options.output_limit);
+    let status = watched.wait(options.timeout, "a sandboxed test")?;
     if status.is_none() {
         // Kills the namespace's first process (and so all of them), then waits for bwrap to see
         // it gone; bwrap itself only if that does not happen.
@@ -696,15 +660,14 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
             // SAFETY: sends a signal; the process is not reaped yet (bwrap has not exited).
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
-        if rx.recv_timeout(SANDBOX_GRACE).is_err() {
+        if watched.ended.recv_timeout(SANDBOX_GRACE).is_err() {
             // SAFETY: signals the process group bwrap leads; it is not reaped yet.
             unsafe { libc::kill(-bwrap_pid, libc::SIGKILL) };
-            let _ = rx.recv();
+            let _ = watched.ended.recv();
         }
     }
     let duration = start.elapsed();
-    let stdout = stdout.map(finish_reader).unwrap_or_default();
-    let stderr = stderr.map(finish_reader).unwrap_or_default();
+    let (stdout, stderr) = watched.output();
     let stderr = match stderr.strip_prefix(LOGFILE_WARNING) {
         Some(rest) => rest.strip_prefix('\n').unwrap_or(rest).to_string(),
         None => stderr,
@@ -805,6 +768,47 @@ struct Captured {
     head: Vec<u8>,
     tail: std::collections::VecDeque<u8>,
     dropped: usize,
+}
+
+/// A started test process: its output read on threads of their own (at most `limit` bytes of
+/// each stream kept), and its end awaited on another, so that the grader can stop waiting.
+struct Watched {
+    stdout: Option<Reader>,
+    stderr: Option<Reader>,
+    ended: mpsc::Receiver<std::io::Result<ExitStatus>>,
+}
+
+impl Watched {
+    fn new(mut child: std::process::Child, limit: usize) -> Watched {
+        let stdout = child.stdout.take().map(|s| read_capped(s, limit));
+        let stderr = child.stderr.take().map(|s| read_capped(s, limit));
+        let (tx, ended) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        Watched {
+            stdout,
+            stderr,
+            ended,
+        }
+    }
+
+    /// Its exit status, or `None` when `timeout` passed first (it is then still running).
+    fn wait(&self, timeout: Duration, what: &str) -> Result<Option<ExitStatus>> {
+        match self.ended.recv_timeout(timeout) {
+            Ok(status) => Ok(Some(status.with_context(|| format!("waiting for {what}"))?)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost track of {what}"),
+        }
+    }
+
+    /// What it wrote to stdout and to stderr (see [`finish_reader`]).
+    fn output(self) -> (String, String) {
+        (
+            self.stdout.map(finish_reader).unwrap_or_default(),
+            self.stderr.map(finish_reader).unwrap_or_default(),
+        )
+    }
 }
 
 /// A stream being read on a thread of its own: what it kept, and a signal once it reached its end.
