@@ -95,6 +95,74 @@ fn chapters_are_the_sorted_directories_under_exercises() {
 }
 
 #[test]
+fn chapters_are_found_by_number_in_any_spelling() {
+    let repo = FakeRepo::new();
+    for name in [
+        "ch01-a",
+        "ch03-drop-and-empty-cache",
+        "ch10-out-of-memory",
+        "ch11-optimizer-state",
+    ] {
+        repo.chapter(name, "", "", &[], None);
+    }
+    let repo = Repo::at(repo.root()).expect("a workbook root");
+    for (given, expected) in [
+        ("3", "ch03-drop-and-empty-cache"),
+        ("03", "ch03-drop-and-empty-cache"),
+        ("ch3", "ch03-drop-and-empty-cache"),
+        ("CH03", "ch03-drop-and-empty-cache"),
+        ("1", "ch01-a"),
+        ("ch1", "ch01-a"),
+        ("10", "ch10-out-of-memory"),
+        ("ch11", "ch11-optimizer-state"),
+        ("exercises/ch10-out-of-memory/", "ch10-out-of-memory"),
+    ] {
+        assert_eq!(
+            repo.select_chapters(&[given.to_string()]).unwrap(),
+            [expected],
+            "{given:?}"
+        );
+    }
+    let err = repo
+        .select_chapters(&["12".to_string()])
+        .expect_err("no chapter 12");
+    assert!(
+        err.to_string().contains("there is no chapter \"12\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_mistyped_chapter_gets_the_nearest_name_suggested() {
+    let repo = FakeRepo::new();
+    for name in [
+        "ch01-availability",
+        "ch03-drop-and-empty-cache",
+        "ch10-out-of-memory",
+    ] {
+        repo.chapter(name, "", "", &[], None);
+    }
+    let repo = Repo::at(repo.root()).expect("a workbook root");
+    for (typo, near) in [
+        ("ch03-drop-empty-cache", "ch03-drop-and-empty-cache"),
+        ("availabilty", "ch01-availability"),
+        ("out-of-memroy", "ch10-out-of-memory"),
+    ] {
+        let err = repo
+            .select_chapters(&[typo.to_string()])
+            .expect_err("a typo");
+        assert!(
+            err.to_string().contains(&format!("did you mean {near}?")),
+            "{typo}: {err}"
+        );
+    }
+    let err = repo
+        .select_chapters(&["transformers".to_string()])
+        .expect_err("no such chapter");
+    assert!(!err.to_string().contains("did you mean"), "{err}");
+}
+
+#[test]
 fn a_valid_file_with_every_rule_kept_has_no_problems() {
     let text = chapter_toml("T", &[("a", &["t1"]), ("b", &["t2"]), ("c", &["t3", "t4"])]);
     let info = ChapterInfo::parse(&text).expect("valid");

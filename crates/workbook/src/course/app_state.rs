@@ -120,8 +120,9 @@ impl Repo {
         Ok(names)
     }
 
-    /// Turns the names given on the command line into chapter names: exact, or a unique prefix
-    /// (`ch01` for `ch01-availability`). No names: every chapter.
+    /// Turns the names given on the command line into chapter names: exact, a unique prefix
+    /// (`ch01` for `ch01-availability`), or a chapter number (`3`, `ch3`, `03`, `10`); a name that
+    /// is none of these is an error that suggests the nearest chapter. No names: every chapter.
     pub fn select_chapters(&self, wanted: &[String]) -> Result<Vec<String>> {
         let all = self.chapter_names()?;
         if wanted.is_empty() {
@@ -129,27 +130,7 @@ impl Repo {
         }
         let mut chosen = Vec::new();
         for want in wanted {
-            let want = want.trim_end_matches('/');
-            let want = want.rsplit('/').next().unwrap_or(want);
-            let found = if all.iter().any(|c| c == want) {
-                want.to_string()
-            } else {
-                let matches: Vec<&String> = all.iter().filter(|c| c.starts_with(want)).collect();
-                match matches.as_slice() {
-                    [one] => one.to_string(),
-                    [] => bail!(
-                        "there is no chapter {want:?}; the chapters are: {}",
-                        all.join(", ")
-                    ),
-                    many => bail!(
-                        "{want:?} could be any of {}; give more of the name",
-                        many.iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                }
-            };
+            let found = find_chapter(&all, want)?;
             if !chosen.contains(&found) {
                 chosen.push(found);
             }
@@ -181,6 +162,76 @@ impl Repo {
             info,
         })
     }
+}
+
+/// One chapter named on the command line, looked up in `all` (see [`Repo::select_chapters`]).
+fn find_chapter(all: &[String], want: &str) -> Result<String> {
+    let want = want.trim().trim_end_matches('/');
+    let want = want.rsplit('/').next().unwrap_or(want);
+    let lower = want.to_ascii_lowercase();
+    if let Some(exact) = all.iter().find(|c| **c == lower) {
+        return Ok(exact.clone());
+    }
+    if let Some(number) = chapter_number(&lower) {
+        let by_number: Vec<&String> = all
+            .iter()
+            .filter(|c| chapter_number_of(c) == Some(number))
+            .collect();
+        if let [one] = by_number.as_slice() {
+            return Ok(one.to_string());
+        }
+    }
+    let matches: Vec<&String> = all.iter().filter(|c| c.starts_with(&lower)).collect();
+    match matches.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => {
+            let list = all.join(", ");
+            match nearest_chapter(all, &lower) {
+                Some(near) => bail!(
+                    "there is no chapter {want:?}; did you mean {near}? (the chapters are: {list})"
+                ),
+                None => bail!("there is no chapter {want:?}; the chapters are: {list}"),
+            }
+        }
+        many => bail!(
+            "{want:?} could be any of {}; give more of the name",
+            many.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `3`, `03`, `ch3` and `ch03` name chapter 3.
+fn chapter_number(text: &str) -> Option<u32> {
+    let digits = text.strip_prefix("ch").unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The number in a chapter's name: 3 for `ch03-drop-and-empty-cache`.
+fn chapter_number_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("ch")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The chapter whose name (or name without its `chNN-` part) is closest to `want` in edit
+/// distance, if it is close enough to be a typo rather than another word.
+fn nearest_chapter<'a>(all: &'a [String], want: &str) -> Option<&'a str> {
+    let topic = |name: &'a str| name.split_once('-').map_or(name, |(_, rest)| rest);
+    all.iter()
+        .map(|name| {
+            let distance =
+                strsim::levenshtein(name, want).min(strsim::levenshtein(topic(name), want));
+            (distance, name.as_str())
+        })
+        .filter(|(distance, _)| *distance <= (want.chars().count() / 3).max(2))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, name)| name)
 }
 
 /// Whether `dir` has a `Cargo.toml` with a `[workspace]` table and an `exercises/` folder.
