@@ -556,11 +556,43 @@ fn reset_backs_up_then_restores_the_stubs_and_leaves_tests_alone() {
         "the backup holds the learner's work"
     );
 
+    assert!(
+        out.contains(&format!("reset {name} --restore` puts them back")),
+        "{out}"
+    );
+
     // Once the stubs are back, there is nothing to do (and no second backup).
     let (code, out, _) = workbook(&repo, &["reset", name, "--yes"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("nothing to reset"), "{out}");
     assert_eq!(std::fs::read_dir(&backups).expect("backups").count(), 1);
+
+    // `--restore` brings the learner's work back, keeping the stubs it replaces as a backup.
+    let (code, out, err) = workbook(&repo, &["reset", name, "--restore", "--yes"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(tree(&src), learner_src, "the learner's work is back");
+    assert_eq!(std::fs::read_dir(&backups).expect("backups").count(), 2);
+    let (code, out, _) = workbook(&repo, &["reset", name, "--restore", "--yes"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("nothing to restore"), "{out}");
+}
+
+#[test]
+fn reset_restore_without_a_backup_says_so_and_changes_nothing() {
+    let Some((repo, chapter)) = repo_with_embedded_chapter() else {
+        return;
+    };
+    let before = repo.snapshot();
+    let (code, _, err) = workbook(&repo, &["reset", chapter.name, "--restore", "--yes"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "there is no backup of {} to restore",
+            chapter.name
+        )),
+        "{err}"
+    );
+    assert!(repo.snapshot() == before, "nothing changed");
 }
 
 #[test]
