@@ -108,7 +108,9 @@ fn choose_device_never_falls_back_when_cuda_is_asked_for() {
 #[test]
 fn choose_device_rejects_garbage() {
     let _dev = gpumem::testing::device();
-    for spelling in ["gpu", "cuda0", "cuda:", "cuda:x", "cuda:-1", "cpu:0", "mps"] {
+    for spelling in [
+        "gpu", "cuda0", "cuda:", "cuda:x", "cuda:-1", "cpu:0", "mps", " GPU ", "Cuda:X ", "\tMPS",
+    ] {
         match choose_device(Some(spelling)) {
             Err(Error::BadDeviceName { value }) => assert_eq!(value, spelling),
             other => panic!("{spelling:?} gave {other:?}, not BadDeviceName"),

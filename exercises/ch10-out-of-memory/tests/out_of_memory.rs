@@ -31,7 +31,18 @@ fn budget_fraction_caps_reservations_at_the_budget() {
         80 << 30,
         150_000_000_000,
         BUDGET + 2 * MIB,
+        // Here naive `BUDGET / total` gives a cap one byte under the budget: (total × f) is
+        // rounded down, and f itself was rounded.
+        17_445_387_994,
+        34_643_524_847,
     ] {
+        let naive = BUDGET as f64 / total as f64;
+        if matches!(total, 17_445_387_994 | 34_643_524_847) {
+            assert!(
+                ((total as f64 * naive) as u64) < BUDGET,
+                "{total}: not a trap"
+            );
+        }
         let f = budget_fraction(BUDGET, total);
         assert!((0.0..=1.0).contains(&f), "{total}: fraction {f}");
         let cap = (total as f64 * f) as u64;
