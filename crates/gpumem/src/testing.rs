@@ -124,7 +124,8 @@ impl Prediction {
         self.push(name, show(predicted), show(measured), predicted == measured)
     }
 
-    /// Any other value (a count, a flag), shown as written in Rust.
+    /// Any other value (a count, a flag), shown as written in Rust, except that an `Option` reads
+    /// as its value or `none` (`1`, not `Some(1)`).
     pub fn count<T: PartialEq + std::fmt::Debug>(
         self,
         name: &str,
@@ -132,12 +133,7 @@ impl Prediction {
         measured: T,
     ) -> Prediction {
         let right = predicted == measured;
-        self.push(
-            name,
-            format!("{predicted:?}"),
-            format!("{measured:?}"),
-            right,
-        )
+        self.push(name, plain(&predicted), plain(&measured), right)
     }
 
     fn push(mut self, name: &str, predicted: String, measured: String, right: bool) -> Prediction {
@@ -186,9 +182,39 @@ impl Prediction {
     }
 }
 
+/// A value as a learner reads it: `Some(x)` as `x`, `None` as `none`.
+fn plain<T: std::fmt::Debug>(value: &T) -> String {
+    let shown = format!("{value:?}");
+    match shown
+        .strip_prefix("Some(")
+        .and_then(|v| v.strip_suffix(')'))
+    {
+        Some(inner) => inner.to_string(),
+        None if shown == "None" => "none".to_string(),
+        None => shown,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_option_reads_as_its_value() {
+        let report = Prediction::new("p")
+            .count("segments_after_second", Some(2_u64), Some(1))
+            .count("oom_at", None::<u64>, Some(3))
+            .mismatch()
+            .expect("wrong");
+        assert!(
+            report.contains("segments_after_second: you predicted 2, the allocator measured 1"),
+            "{report}"
+        );
+        assert!(
+            report.contains("oom_at: you predicted none, the allocator measured 3"),
+            "{report}"
+        );
+    }
 
     #[test]
     fn every_wrong_number_is_named_at_once_with_both_values() {

@@ -824,8 +824,7 @@ fn a_device_memory_leak_fails_the_test_that_requires_memory_allocated_unchanged(
     );
     assert_eq!(
         why,
-        "assertion `left == right` failed: batched_upload left device memory allocated; \
-         left: 1536; right: 0"
+        "batched_upload left device memory allocated; yours: 1536; expected: 0"
     );
 }
 

@@ -108,7 +108,7 @@ fn check_shows_each_exercise_and_list_remembers_it() {
     );
     for needle in [
         "    ✗ triples_two",
-        "        assertion `left == right` failed: two times three; left: 4; right: 6",
+        "        two times three; yours: 4; expected: 6",
         "        at exercises/ch01-demo/tests/demo.rs:",
         "· square  not started (0/1 tests pass): todo!() at exercises/ch01-demo/src/lib.rs:10:5",
         "2 of 4 tests pass; 1 of 3 exercises done.",

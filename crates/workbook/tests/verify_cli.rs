@@ -109,7 +109,7 @@ fn unlisted() {
         "ch02-broken: chapter.toml: exercise only has 1 hint(s); it needs at least 2",
         "ch02-broken: test ghost: listed in chapter.toml (exercise only) but no such test exists",
         "ch02-broken: test passes_on_stub: passes on the stub (it must fail until the exercise is solved)",
-        "ch02-broken: test fails_on_solution: fails on the solution: assertion `left == right` failed: five; left: 4; right: 5",
+        "ch02-broken: test fails_on_solution: fails on the solution: five; yours: 4; expected: 5",
         "ch02-broken: test unlisted: not listed in chapter.toml under any exercise",
         "ch03-later: chapter ch03-later has no chapter.toml",
         "(not in chapter.toml)  unlisted",

@@ -509,14 +509,9 @@ fn why(outcome: &TestOutcome) -> String {
             .split("; ")
             .collect::<Vec<_>>()
             .join("\n        "),
-        _ => {
-            // One line a learner reads: long values (a vector's elements) are cut.
-            const MAX: usize = 200;
-            match outcome.message.char_indices().nth(MAX) {
-                Some((cut, _)) => format!("{}…", &outcome.message[..cut]),
-                None => outcome.message.clone(),
-            }
-        }
+        // The runner has already cut long values (`run::runner::failure_message`), so that the
+        // numbers of an assertion are never cut off behind its message.
+        _ => outcome.message.clone(),
     }
 }
 

@@ -999,8 +999,9 @@ fn judge(
     (Verdict::Failed, message)
 }
 
-/// The most useful line of a failed test's output: the panic message (with an assertion's
-/// `left`/`right` folded in), else the first line of what the test printed, else of stderr.
+/// The most useful line of a failed test's output: the panic message (an `assert_eq!`'s values
+/// named as the learner's and the expected one), else the first line of what the test printed,
+/// else of stderr.
 pub fn failure_message(name: &str, stdout: &str, stderr: &str) -> Option<String> {
     for text in [stdout, stderr] {
         let mut lines = text.lines();
@@ -1014,14 +1015,14 @@ pub fn failure_message(name: &str, stdout: &str, stderr: &str) -> Option<String>
                         break;
                     }
                     parts.push(t.to_string());
-                    if parts.len() == 4 {
+                    if parts.len() == MAX_PANIC_LINES {
                         break;
                     }
                 }
                 if parts.is_empty() {
                     parts.push(line.trim().to_string());
                 }
-                return Some(shorten(&parts.join("; ")));
+                return Some(panic_summary(&parts));
             }
         }
     }
@@ -1032,19 +1033,62 @@ pub fn failure_message(name: &str, stdout: &str, stderr: &str) -> Option<String>
             .map(str::trim)
             .find(|l| !l.is_empty() && !l.starts_with("----") && !l.starts_with("failures:"));
         if let Some(first) = first {
-            return Some(shorten(first));
+            return Some(shorten(first, MAX_LINE));
         }
     }
     stderr
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .map(shorten)
+        .map(|l| shorten(l, MAX_LINE))
 }
 
-fn shorten(text: &str) -> String {
-    const MAX: usize = 300;
-    match text.char_indices().nth(MAX) {
+/// A panic message's lines kept (a prediction names one number a line: all of them are shown).
+const MAX_PANIC_LINES: usize = 40;
+/// Characters kept of one line of a message.
+const MAX_LINE: usize = 240;
+/// Characters kept of one value of an assertion (a long vector's elements are cut, the message
+/// and the other value are not).
+const MAX_VALUE: usize = 120;
+
+/// A panic's lines as one line. `assert_eq!(yours, expected, "why")` (the official tests put the
+/// learner's value first; `tests/official_tests.rs` checks that they do) reads
+/// `why; yours: 1; expected: 2` instead of Rust's `left`/`right`.
+fn panic_summary(lines: &[String]) -> String {
+    let assertion = lines.first().and_then(|first| {
+        let rest = first.strip_prefix("assertion `left ")?;
+        let equal = rest.starts_with("== right`");
+        let (_, message) = rest.split_once("` failed")?;
+        let message = message.trim_start_matches(':').trim();
+        let value = |side: &str| {
+            lines
+                .iter()
+                .find_map(|l| l.strip_prefix(side))
+                .map(|v| shorten(v.trim(), MAX_VALUE))
+        };
+        let (yours, other) = (value("left:")?, value("right:")?);
+        let values = if equal {
+            format!("yours: {yours}; expected: {other}")
+        } else {
+            format!("yours: {yours}; it must differ from: {other}")
+        };
+        Some(if message.is_empty() {
+            format!("not as expected: {values}")
+        } else {
+            format!("{}; {values}", shorten(message, MAX_LINE))
+        })
+    });
+    assertion.unwrap_or_else(|| {
+        lines
+            .iter()
+            .map(|l| shorten(l, MAX_LINE))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),
     }
@@ -1074,8 +1118,48 @@ mod tests {
                    left: 1\n right: 2\nnote: run with `RUST_BACKTRACE=1`\n";
         assert_eq!(
             failure_message("t", out, "").as_deref(),
-            Some("assertion `left == right` failed; left: 1; right: 2")
+            Some("not as expected: yours: 1; expected: 2")
         );
+    }
+
+    #[test]
+    fn an_assertions_message_comes_first_and_long_values_are_cut_alone() {
+        let long = format!("[{}]", vec!["0"; 200].join(", "));
+        let out = format!(
+            "---- t stdout ----\nthread 't' panicked at tests/a.rs:3:5:\nassertion `left == right` \
+             failed: the model's blocks are still live\n  left: {long}\n right: []\n"
+        );
+        let message = failure_message("t", &out, "").expect("a message");
+        assert!(
+            message.starts_with("the model's blocks are still live; yours: [0, 0, "),
+            "{message}"
+        );
+        assert!(message.ends_with("…; expected: []"), "{message}");
+        let out = "thread 't' panicked at tests/a.rs:3:5:\nassertion `left != right` failed: \
+                   a copy\n  left: 1\n right: 1\n";
+        assert_eq!(
+            failure_message("t", out, "").as_deref(),
+            Some("a copy; yours: 1; it must differ from: 1")
+        );
+    }
+
+    #[test]
+    fn every_line_of_a_long_prediction_is_kept_whole() {
+        let numbers: Vec<String> = (0..12)
+            .map(|i| format!("segments_after_{i}: 1, as you predicted"))
+            .collect();
+        let out = format!(
+            "thread 't' panicked at tests/a.rs:3:5:\nyour prediction: 1 of 13 numbers differ from \
+             what the allocator measured\nreserved: you predicted 0 B, the allocator measured 512 \
+             B\n{}\n\nnote: run with `RUST_BACKTRACE=1`\n",
+            numbers.join("\n")
+        );
+        let message = failure_message("t", &out, "").expect("a message");
+        assert!(
+            message.ends_with("segments_after_11: 1, as you predicted"),
+            "{message}"
+        );
+        assert!(!message.contains('…'), "{message}");
     }
 
     #[test]
