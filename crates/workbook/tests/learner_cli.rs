@@ -763,3 +763,95 @@ fn watch_checks_again_after_a_save() {
         .expect("a second check")
         .expect("the save was checked");
 }
+
+/// `book --serve` (the server `start` runs) with stdout and stderr in one pipe, as `start 2>&1 |
+/// tee log` has them: waits for the "Serving" line, then closes the pipe (as Ctrl-C ends `tee`)
+/// or not, then Ctrl-C. The server must end, with 130 (Ctrl-C's code).
+fn serve_then_interrupt(close_the_pipe_first: bool) {
+    use std::os::unix::process::ExitStatusExt as _;
+    let repo = FakeRepo::new();
+    demo_chapter(&repo, "ch01-demo");
+    add_book(&repo);
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    let mut command = common::workbook();
+    command
+        .arg("--root")
+        .arg(repo.root())
+        .args(["book", "--serve", "--port", "0"])
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().expect("a second end"))
+        .stderr(writer);
+    let mut child = command.spawn().expect("workbook runs");
+    drop(command); // the pipe's write ends now live only in the child
+    let mut out = BufReader::new(reader);
+    let mut line = String::new();
+    while !line.contains("Serving the book at") {
+        line.clear();
+        if out.read_line(&mut line).expect("reading its output") == 0 {
+            panic!("workbook ended before serving");
+        }
+    }
+    if close_the_pipe_first {
+        drop(out);
+    }
+    // SAFETY: kill(2) with the pid of the child we spawned and a valid signal number.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0, "SIGINT sent");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let id = child.id();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| {
+            // SAFETY: as above; the server did not stop, so it is killed to end the test.
+            unsafe { libc::kill(id as libc::pid_t, libc::SIGKILL) };
+            panic!("the server kept serving after Ctrl-C")
+        })
+        .expect("waited");
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "{status:?} (signal {:?})",
+        status.signal()
+    );
+}
+
+#[test]
+fn ctrl_c_stops_the_server() {
+    serve_then_interrupt(false);
+}
+
+#[test]
+fn ctrl_c_stops_the_server_when_its_output_pipe_is_already_closed() {
+    serve_then_interrupt(true);
+}
+
+#[test]
+fn a_taken_port_is_named_before_another_is_used() {
+    let repo = FakeRepo::new();
+    add_book(&repo);
+    let (code, _, err) = workbook(&repo, &["book"]);
+    assert_eq!(code, Some(0), "{err}");
+    // Hold a port, then ask for the server near it.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = held.local_addr().expect("bound").port();
+    let (server, note) =
+        workbook::book::serve::Server::bind_near(&repo.root().join("book/book"), port)
+            .expect("served on another port");
+    assert_ne!(server.addr().port(), port);
+    let note = note.expect("the taken port is named");
+    assert!(
+        note.starts_with(&format!("Port {port} is taken (")),
+        "{note}"
+    );
+    assert!(
+        note.ends_with(&format!(
+            "serving on port {} instead.",
+            server.addr().port()
+        )),
+        "{note}"
+    );
+    drop(held);
+}

@@ -17,6 +17,7 @@ use mdbook_driver::MDBook;
 use mdbook_driver::book::BookItem;
 use mdbook_driver::config::Config;
 use mdbook_preprocessor::Preprocessor;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};
@@ -59,7 +60,14 @@ pub fn run(root: Option<&Path>, args: &BookArgs) -> Result<std::process::ExitCod
     }
     let server = match args.port {
         Some(port) => crate::book::serve::Server::bind(&out, port)?,
-        None => crate::book::serve::Server::bind_near(&out, crate::book::serve::DEFAULT_PORT)?,
+        None => {
+            let (server, note) =
+                crate::book::serve::Server::bind_near(&out, crate::book::serve::DEFAULT_PORT)?;
+            if let Some(note) = note {
+                eprintln!("{note}");
+            }
+            server
+        }
     };
     serve_until_interrupted(server, args.open)
 }
@@ -70,19 +78,25 @@ pub fn serve_until_interrupted(
     open: bool,
 ) -> Result<std::process::ExitCode> {
     let url = server.url();
-    println!("Serving the book at {url} (on this machine only; Ctrl-C to stop)");
     let stopper = server.stopper();
     if let Err(e) = ctrlc::set_handler(move || {
-        eprintln!("\nstopped serving the book");
+        // Stop first, then say so: when the output goes through a pipe that Ctrl-C has already
+        // closed (`start | tee log`), writing fails, and a panic here would leave the server
+        // serving. Then exit, whatever the other threads (the first check's build) are doing.
         stopper.stop();
+        let _ = writeln!(std::io::stderr(), "\nstopped serving the book");
+        std::process::exit(130);
     }) {
         eprintln!("warning: Ctrl-C will stop the server abruptly ({e})");
     }
+    // Said once Ctrl-C is handled, so that it is true from the moment it is read.
+    println!("Serving the book at {url} (on this machine only; Ctrl-C to stop)");
     if open && let Err(e) = crate::book::serve::open_in_browser(&url) {
         eprintln!("warning: could not open a browser ({e:#}); open {url} yourself");
     }
     server.serve();
-    Ok(std::process::ExitCode::SUCCESS)
+    // Only Ctrl-C stops it: 130 is a shell's code for a command ended by it.
+    Ok(std::process::ExitCode::from(130))
 }
 
 /// Builds the book whose root (with `book.toml`) is `book_dir` into `dest`, or into the book's own

@@ -88,17 +88,35 @@ impl Server {
     }
 
     /// Serves `root` on `preferred`, or the next of a few ports after it when taken, or any free
-    /// port.
-    pub fn bind_near(root: &Path, preferred: u16) -> Result<Server> {
+    /// port. With the server comes, when it did not get `preferred`, a sentence saying why, for the
+    /// learner to read before the address.
+    pub fn bind_near(root: &Path, preferred: u16) -> Result<(Server, Option<String>)> {
         const TRIES: u16 = 10;
-        let mut last = None;
+        let mut first_error = None;
+        let mut bound = None;
         for port in (0..TRIES).filter_map(|i| preferred.checked_add(i)) {
             match Server::bind(root, port) {
-                Ok(server) => return Ok(server),
-                Err(e) => last = Some(e),
+                Ok(server) => {
+                    bound = Some(server);
+                    break;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        Server::bind(root, 0).map_err(|e| last.unwrap_or(e))
+        let server = match bound {
+            Some(server) => server,
+            None => Server::bind(root, 0).map_err(|e| first_error.take().unwrap_or(e))?,
+        };
+        let note = first_error.map(|e| {
+            format!(
+                "Port {preferred} is taken ({e:#}; another `workbook start` or `book --serve`?): \
+                 serving on port {} instead.",
+                server.addr.port()
+            )
+        });
+        Ok((server, note))
     }
 
     /// The address it listens on.

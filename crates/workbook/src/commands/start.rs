@@ -86,7 +86,13 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
     }
     let server = match args.port {
         Some(port) => Server::bind(&book, port)?,
-        None => Server::bind_near(&book, serve::DEFAULT_PORT)?,
+        None => {
+            let (server, note) = Server::bind_near(&book, serve::DEFAULT_PORT)?;
+            if let Some(note) = note {
+                println!("{note}");
+            }
+            server
+        }
     };
     std::thread::spawn(prepare);
     crate::book::serve_until_interrupted(server, args.open)
