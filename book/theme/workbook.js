@@ -19,23 +19,51 @@
         });
     }
 
-    // A solution page opens behind its gate; the button shows the solution.
+    // A solution page opens behind its gate; the button shows the solution. Once shown, a
+    // chapter's solution stays shown on later visits and reloads (browser storage; where the
+    // browser keeps none, as some do for file:// pages, the gate simply comes back).
+    var UNLOCKED = 'workbook.solution-shown.';
+    function remembered(chapter) {
+        try {
+            return window.localStorage.getItem(UNLOCKED + chapter) === 'yes';
+        } catch (e) {
+            return false;
+        }
+    }
+    function remember(chapter) {
+        try {
+            window.localStorage.setItem(UNLOCKED + chapter, 'yes');
+        } catch (e) {
+            // No storage: the gate comes back next time, which is all that is lost.
+        }
+    }
+    function openGate(gate) {
+        // The solution is the gate's next .wb-gated sibling (print.html holds them all).
+        var gated = gate.nextElementSibling;
+        while (gated !== null && !gated.classList.contains('wb-gated')) {
+            gated = gated.nextElementSibling;
+        }
+        if (gated !== null) {
+            gated.classList.add('wb-open');
+        }
+        gate.style.display = 'none';
+    }
     function openGates() {
-        document.querySelectorAll('.content .wb-gate-open').forEach(function (button) {
+        document.querySelectorAll('.content .wb-gate').forEach(function (gate) {
+            var chapter = gate.getAttribute('data-chapter') || '';
+            if (chapter !== '' && remembered(chapter)) {
+                openGate(gate);
+                return;
+            }
+            var button = gate.querySelector('.wb-gate-open');
+            if (button === null) {
+                return;
+            }
             button.addEventListener('click', function () {
-                // The solution is the gate's next .wb-gated sibling (print.html holds them all).
-                var gate = button.closest('.wb-gate');
-                if (gate === null) {
-                    return;
+                if (chapter !== '') {
+                    remember(chapter);
                 }
-                var gated = gate.nextElementSibling;
-                while (gated !== null && !gated.classList.contains('wb-gated')) {
-                    gated = gated.nextElementSibling;
-                }
-                if (gated !== null) {
-                    gated.classList.add('wb-open');
-                }
-                gate.style.display = 'none';
+                openGate(gate);
             });
         });
     }

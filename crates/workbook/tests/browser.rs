@@ -787,7 +787,8 @@ impl BookCheck {
         Ok(problems)
     }
 
-    /// Presses a solution page's button: the solution shows, the gate goes.
+    /// Presses a solution page's button: the solution shows, the gate goes, and stays gone when
+    /// the page is opened again.
     async fn open_the_gate(&self, client: &Client, file: &str) -> Result<Vec<String>, String> {
         self.open(client, file).await?;
         let shown = client
@@ -808,7 +809,24 @@ impl BookCheck {
             {
                 self.screenshot(client, dir, "ch03-solution-opened").await?;
             }
-            Ok(Vec::new())
+            // Once shown, the solution stays shown when the page is opened again.
+            self.open(client, file).await?;
+            let again = client
+                .execute(
+                    "const s = document.querySelector('.content .wb-gated'); \
+                     const g = document.querySelector('.content .wb-gate'); \
+                     return s !== null && s.offsetHeight > 0 && g.offsetHeight === 0;",
+                    vec![],
+                )
+                .await
+                .map_err(|e| format!("opening {file} again: {e}"))?;
+            if again == json!(true) {
+                Ok(Vec::new())
+            } else {
+                Ok(vec![format!(
+                    "{file}: the solution, once shown, is behind its gate again after a reload"
+                )])
+            }
         } else {
             Ok(vec![format!(
                 "{file}: pressing the gate's button left the solution {shown}"

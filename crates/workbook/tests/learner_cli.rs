@@ -70,6 +70,14 @@ fn workbook(repo: &FakeRepo, args: &[&str]) -> (Option<i32>, String, String) {
             .args(args)
             .stdin(Stdio::null()),
     );
+    // Commands are printed to be copied: no line of any output ends in a space.
+    for line in stdout.lines().chain(stderr.lines()) {
+        assert!(
+            !line.ends_with([' ', '\t']),
+            "`workbook {}` printed a line ending in white space: {line:?}",
+            args.join(" ")
+        );
+    }
     (output.status.code(), stdout, stderr)
 }
 

@@ -163,6 +163,16 @@ fn cargo_test_command(line: &str) -> Option<&str> {
     command.starts_with("cargo test").then_some(command)
 }
 
+/// Whether `line` is only a link to a solutions page (`[The solutions, explained](ch03-…-solution.md)`).
+fn is_solutions_link(line: &str) -> bool {
+    let line = line.trim();
+    line.starts_with('[')
+        && line.ends_with("-solution.md)")
+        && line
+            .find("](")
+            .is_some_and(|at| !line[at + 2..].contains(' '))
+}
+
 /// The block that ends an exercise section.
 fn commands_block(chapter: &str, exercise: &str, cargo_test: &str) -> String {
     format!(
@@ -198,11 +208,26 @@ pub fn with_cli_commands(
             out.pop();
             trailing += 1;
         }
+        // The page's last line, a link to the solutions, stays below the last exercise's box.
+        let solutions_link = out
+            .last()
+            .filter(|l| is_solutions_link(l))
+            .cloned()
+            .inspect(|_| {
+                out.pop();
+                while out.last().is_some_and(|l| l.trim().is_empty()) {
+                    out.pop();
+                }
+            });
         let cargo_test = section
             .cargo_test
             .unwrap_or_else(|| format!("cargo test -p {chapter}"));
         out.push(String::new());
         out.push(commands_block(chapter, &section.exercise, &cargo_test));
+        if let Some(link) = solutions_link {
+            out.push(String::new());
+            out.push(link);
+        }
         out.extend(std::iter::repeat_n(String::new(), trailing.max(1)));
     };
     for line in content.lines() {
@@ -309,6 +334,20 @@ mod tests {
         assert!(!out.contains("Check it with:"));
         assert!(out.contains("# not a heading"));
         assert_eq!(out.matches("check ch01-x").count(), 2);
+    }
+
+    #[test]
+    fn the_last_exercises_box_sits_above_the_link_to_the_solutions() {
+        let page = "### Exercise 1: a\n\nDo a.\n\nCheck it with: `cargo test -p ch01-x a_`\n\n\
+                    [The solutions, explained](ch01-x-solution.md)\n";
+        let out = with_cli_commands(page, "ch01-x", &names(&["alpha"])).unwrap();
+        let hint = out.find("hint ch01-x alpha").expect("the box");
+        let link = out.find("[The solutions, explained]").expect("the link");
+        assert!(hint < link, "{out}");
+        assert!(out.trim_end().ends_with("(ch01-x-solution.md)"), "{out}");
+        assert!(!is_solutions_link(
+            "See [the solutions](ch01-x-solution.md) for more."
+        ));
     }
 
     #[test]
