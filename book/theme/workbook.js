@@ -75,6 +75,188 @@
     // right choice is marked, a wrong pick too, the verdict is read out (aria-live) and the
     // explanation opens. Without scripting the explanation is a closed <details> under the
     // choices; here it stays hidden until the question is answered.
+    // Answers are kept in browser storage, one entry per question (its id names the chapter):
+    // which choices were picked, whether that was right, and what the review page shows.
+    var ANSWER = 'workbook.answer.';
+    function store() {
+        try {
+            return window.localStorage;
+        } catch (e) {
+            return null;
+        }
+    }
+    function keptAnswer(id) {
+        var storage = store();
+        if (storage === null || !id) {
+            return null;
+        }
+        try {
+            return JSON.parse(storage.getItem(ANSWER + id) || 'null');
+        } catch (e) {
+            return null;
+        }
+    }
+    function keepAnswer(question, choices, picked, right, explanation) {
+        var storage = store();
+        var match = /^wb-question-(.+)-(\d+)$/.exec(question.id || '');
+        if (storage === null || match === null) {
+            return;
+        }
+        var prompt = question.querySelector('.wb-prompt');
+        var body = explanation === null ? '' : Array.from(explanation.childNodes)
+            .filter(function (n) {
+                return n.nodeName !== 'SUMMARY';
+            })
+            .map(function (n) {
+                return n.nodeType === 1 ? n.outerHTML : n.textContent;
+            }).join('');
+        try {
+            storage.setItem(ANSWER + question.id, JSON.stringify({
+                chapter: match[1],
+                number: Number(match[2]),
+                page: window.location.pathname.split('/').pop(),
+                picked: picked.map(function (c) {
+                    return choices.indexOf(c);
+                }),
+                right: right,
+                prompt: prompt === null ? '' : prompt.textContent.trim(),
+                answers: choices.filter(function (c) {
+                    return c.getAttribute('data-right') === 'true';
+                }).map(function (c) {
+                    return c.textContent.trim();
+                }),
+                explanation: body
+            }));
+        } catch (e) {
+            // Storage full or refused: the answer is simply not kept.
+        }
+    }
+
+    // The review page (review.md's #wb-review): every question answered wrongly, chapter by
+    // chapter, with the right answer and the explanation, and a button per chapter that forgets
+    // that chapter's answers.
+    function showReview() {
+        var review = document.getElementById('wb-review');
+        var storage = store();
+        if (review === null || storage === null) {
+            return;
+        }
+        var byChapter = {};
+        for (var i = 0; i < storage.length; i++) {
+            var key = storage.key(i);
+            if (key === null || key.indexOf(ANSWER) !== 0) {
+                continue;
+            }
+            var kept = keptAnswer(key.slice(ANSWER.length));
+            if (kept === null || typeof kept.chapter !== 'string') {
+                continue;
+            }
+            (byChapter[kept.chapter] = byChapter[kept.chapter] || []).push([key, kept]);
+        }
+        review.textContent = '';
+        var chapters = Object.keys(byChapter).sort();
+        if (chapters.length === 0) {
+            review.appendChild(element('p', 'wb-review-empty',
+                'No question answered yet: answers given in the chapters show up here.'));
+            return;
+        }
+        chapters.forEach(function (chapter) {
+            var entries = byChapter[chapter].sort(function (a, b) {
+                return a[1].number - b[1].number;
+            });
+            var wrong = entries.filter(function (e) {
+                return !e[1].right;
+            });
+            var section = element('section', 'wb-review-chapter');
+            section.setAttribute('data-chapter', chapter);
+            var heading = element('h2', '', chapter);
+            section.appendChild(heading);
+            section.appendChild(element('p', 'wb-review-count', entries.length +
+                ' answered, ' + wrong.length + ' wrongly' + (wrong.length > 0 ? ':' : '.')));
+            wrong.forEach(function (e) {
+                var kept = e[1];
+                var item = element('div', 'wb-review-question');
+                var link = element('a', '', kept.prompt || ('Question ' + kept.number));
+                link.href = (kept.page || (chapter + '.html')) + '#wb-question-' + chapter + '-' +
+                    kept.number;
+                var p = element('p', 'wb-review-prompt');
+                p.appendChild(link);
+                item.appendChild(p);
+                item.appendChild(element('p', 'wb-review-answer', 'Right: ' +
+                    (kept.answers || []).join('; ')));
+                var why = element('div', 'wb-review-explanation');
+                why.innerHTML = kept.explanation || '';
+                item.appendChild(why);
+                section.appendChild(item);
+            });
+            var reset = element('button', 'wb-review-reset', 'Forget my answers in ' + chapter);
+            reset.type = 'button';
+            reset.addEventListener('click', function () {
+                entries.forEach(function (e) {
+                    storage.removeItem(e[0]);
+                });
+                showReview();
+            });
+            section.appendChild(reset);
+            review.appendChild(section);
+        });
+    }
+
+    // When `workbook start` (or `book --serve`) serves the book, it answers
+    // workbook-progress.json from .workbook/: each exercise's box shows where the learner stands,
+    // and the sidebar ticks finished chapters. Served any other way, or from files, nothing
+    // changes.
+    function showProgress() {
+        if (!/^https?:$/.test(window.location.protocol) || typeof fetch !== 'function') {
+            return;
+        }
+        var root = typeof path_to_root === 'string' ? path_to_root : '';
+        fetch(root + 'workbook-progress.json', { cache: 'no-store' }).then(function (r) {
+            var json = r.headers.get('Content-Type') || '';
+            return r.ok && json.indexOf('application/json') === 0 ? r.json() : null;
+        }).then(function (progress) {
+            if (progress === null || !Array.isArray(progress.chapters)) {
+                return;
+            }
+            var byName = {};
+            progress.chapters.forEach(function (c) {
+                byName[c.name] = c;
+            });
+            document.querySelectorAll('.content .wb-commands[data-chapter]').forEach(function (box) {
+                var chapter = byName[box.getAttribute('data-chapter')];
+                var exercise = chapter && chapter.exercises.filter(function (e) {
+                    return e.name === box.getAttribute('data-exercise');
+                })[0];
+                if (!exercise) {
+                    return;
+                }
+                var text = exercise.state === 'done'
+                    ? '✓ Done: all ' + exercise.total + ' tests pass.'
+                    : exercise.state === 'failing'
+                        ? '✗ Failing: ' + exercise.passed + ' of ' + exercise.total + ' tests pass.'
+                        : '· Not started yet.';
+                var mark = element('p', 'wb-progress wb-progress-' + exercise.state, text);
+                box.insertBefore(mark, box.firstChild);
+            });
+            var tick = function () {
+                document.querySelectorAll('#mdbook-sidebar a[href]').forEach(function (a) {
+                    var page = (a.getAttribute('href') || '').split('/').pop().replace(/\.html.*$/, '');
+                    var chapter = byName[page];
+                    if (chapter && chapter.done && !a.classList.contains('wb-done')) {
+                        a.classList.add('wb-done');
+                        a.appendChild(element('span', 'wb-done-mark', ' ✓'));
+                        a.setAttribute('title', 'done: every test passes');
+                    }
+                });
+            };
+            tick();
+            // mdBook may fill the sidebar after this script has run.
+            window.setTimeout(tick, 0);
+        }).catch(function () {
+            // No progress to show: the book as always.
+        });
+    }
+
     function answerQuestions() {
         document.querySelectorAll('.content .wb-question').forEach(function (question) {
             var choices = Array.from(question.querySelectorAll('.wb-choice'));
@@ -115,6 +297,29 @@
                 if (explanation !== null) {
                     explanation.hidden = false;
                     explanation.open = true;
+                }
+                keepAnswer(question, choices, picked, right, explanation);
+            }
+            var kept = keptAnswer(question.id);
+            if (kept !== null && Array.isArray(kept.picked)) {
+                var again = kept.picked.map(function (i) {
+                    return choices[i];
+                }).filter(function (c) {
+                    return c !== undefined;
+                });
+                if (again.length > 0) {
+                    again.forEach(function (c) {
+                        var box = c.querySelector('input');
+                        if (box !== null) {
+                            box.checked = true;
+                        }
+                    });
+                    answer(again);
+                    if (submit !== null) {
+                        submit.hidden = false;
+                        submit.disabled = true;
+                    }
+                    return;
                 }
             }
             if (submit === null) {
@@ -798,6 +1003,8 @@
         labelTableCells();
         openGates();
         answerQuestions();
+        showReview();
+        showProgress();
         addHistoryViews();
     }
 

@@ -133,12 +133,27 @@ fn every_page_of_the_book_works_in_headless_chromium() {
 }
 
 /// Serves `root` with the workbook's own server (`workbook book --serve`) on a free port of
-/// 127.0.0.1 until the returned handle is dropped.
+/// 127.0.0.1 until the returned handle is dropped, with [`PROGRESS`] as the learner's progress.
 fn serve_book(root: &Path) -> workbook::book::serve::Running {
     workbook::book::serve::Server::bind(root, 0)
         .expect("the book server binds a free port")
+        .with_progress(std::sync::Arc::new(|| Ok(PROGRESS.as_bytes().to_vec())))
         .spawn()
 }
+
+/// The progress the test's server reports (`workbook start` reads it from `.workbook/`): chapter
+/// 1's `choose_device` failing with 1 of 7 tests passing, chapter 3 done.
+const PROGRESS: &str = r#"{"chapters": [
+  {"name": "ch01-availability", "done": false, "exercises": [
+    {"name": "cuda_status", "state": "done", "passed": 1, "total": 1},
+    {"name": "choose_device", "state": "failing", "passed": 1, "total": 7}]},
+  {"name": "ch03-drop-and-empty-cache", "done": true, "exercises": []}
+]}"#;
+
+/// Forgets the answers to chapter 4's questions kept by the browser, so that the page asks again.
+const FORGET_SEVERAL: &str = "Object.keys(localStorage)\
+  .filter(k => k.startsWith('workbook.answer.wb-question-' + arguments[0] + '-'))\
+  .forEach(k => localStorage.removeItem(k));";
 
 /// The programs the test drives.
 struct Tools {
@@ -577,6 +592,9 @@ impl BookCheck {
         }
         report
             .problems
+            .extend(self.answers_kept_and_progress_shown(client).await?);
+        report
+            .problems
             .extend(self.on_a_phone(client, &files).await?);
         report
             .problems
@@ -673,6 +691,10 @@ impl BookCheck {
                     )
                     .await
                     .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                client
+                    .execute(FORGET_SEVERAL, vec![json!(SEVERAL_PAGE)])
+                    .await
+                    .map_err(|e| format!("forgetting the answers: {e}"))?;
                 let state = || async {
                     client
                         .execute(SEVERAL_STATE, vec![])
@@ -731,7 +753,11 @@ impl BookCheck {
                 for problem in self.overflow(client, &file, width == PHONE_WIDTH).await? {
                     problems.push(format!("{at}, answered: {problem}"));
                 }
-                // Every right box, by mouse (a tap on a phone).
+                // Every right box, by mouse (a tap on a phone), on the page asked afresh.
+                client
+                    .execute(FORGET_SEVERAL, vec![json!(SEVERAL_PAGE)])
+                    .await
+                    .map_err(|e| format!("forgetting the answers: {e}"))?;
                 self.open(client, &file).await?;
                 let boxes = client
                     .find_all(Css(".content label.wb-choice[data-right=\"true\"] input"))
@@ -784,6 +810,98 @@ impl BookCheck {
             ));
         }
         light_at_1280(client).await?;
+        Ok(problems)
+    }
+
+    /// After chapter 3's first question was answered wrongly ([`Self::answer_a_question`]): the
+    /// page shows it answered when opened again, the review page lists it with its right answer
+    /// and forgets it on request; and the progress the server reports shows in chapter 1's
+    /// exercise boxes and as a tick by chapter 3 in the sidebar.
+    async fn answers_kept_and_progress_shown(
+        &self,
+        client: &Client,
+    ) -> Result<Vec<String>, String> {
+        let mut problems = Vec::new();
+        let file = "ch03-drop-and-empty-cache.html";
+        self.open(client, file).await?;
+        let kept = client
+            .execute(
+                "const q = document.querySelector('.content .wb-question'); \
+                 return q !== null && q.classList.contains('wb-answered') \
+                   && q.querySelector('.wb-verdict').textContent;",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("{file}: reading the question: {e}"))?;
+        if kept != json!("Not quite.") {
+            problems.push(format!(
+                "{file}: opened again, the answered question shows {kept}"
+            ));
+        }
+        let done = client
+            .execute(
+                "return Array.from(document.querySelectorAll('#mdbook-sidebar a.wb-done')) \
+                   .map(a => a.getAttribute('href'));",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("{file}: reading the sidebar: {e}"))?;
+        if !done
+            .as_array()
+            .is_some_and(|d| d.len() == 1 && d[0].as_str().is_some_and(|h| h.contains("ch03")))
+        {
+            problems.push(format!(
+                "{file}: the sidebar ticks {done}, not chapter 3 alone"
+            ));
+        }
+        let file = "review.html";
+        self.open(client, file).await?;
+        let review = client
+            .execute(
+                "const s = document.querySelector('#wb-review \
+                   [data-chapter=\"ch03-drop-and-empty-cache\"]'); \
+                 if (s === null) return 'no chapter 3'; \
+                 const q = s.querySelectorAll('.wb-review-question'); \
+                 const before = [q.length, s.textContent.includes('Right: ')]; \
+                 s.querySelector('.wb-review-reset').click(); \
+                 const gone = document.querySelector('#wb-review \
+                   [data-chapter=\"ch03-drop-and-empty-cache\"]') === null; \
+                 return before.concat([gone]);",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("{file}: reading the review: {e}"))?;
+        if review != json!([1, true, true]) {
+            problems.push(format!(
+                "{file}: expected one wrong answer of chapter 3 with its right answer, forgotten \
+                 on request; got {review}"
+            ));
+        }
+        let file = "ch01-availability.html";
+        self.open(client, file).await?;
+        let marks = client
+            .execute(
+                "return Array.from(document.querySelectorAll('.content .wb-commands')) \
+                   .map(b => { const p = b.querySelector('.wb-progress'); \
+                     return [b.getAttribute('data-exercise'), p === null ? null : p.textContent]; });",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("{file}: reading the exercise boxes: {e}"))?;
+        let expected = json!([
+            ["cuda_status", "✓ Done: all 1 tests pass."],
+            ["choose_device", "✗ Failing: 1 of 7 tests pass."],
+            ["describe", null],
+            ["predict_first_allocations", null]
+        ]);
+        if marks != expected {
+            problems.push(format!(
+                "{file}: the exercise boxes show {marks}, not {expected}"
+            ));
+        }
+        if let Some(dir) = &self.screenshots {
+            self.screenshot(client, dir, "ch01-progress").await?;
+        }
         Ok(problems)
     }
 
@@ -983,6 +1101,10 @@ impl BookCheck {
                     )
                     .await
                     .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                client
+                    .execute(FORGET_SEVERAL, vec![json!(SEVERAL_PAGE)])
+                    .await
+                    .map_err(|e| format!("forgetting the answers: {e}"))?;
                 self.open(client, &file).await?;
                 let view = match client
                     .wait()
@@ -1546,6 +1668,10 @@ impl BookCheck {
                     )
                     .await
                     .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                client
+                    .execute(FORGET_SEVERAL, vec![json!(SEVERAL_PAGE)])
+                    .await
+                    .map_err(|e| format!("forgetting the answers: {e}"))?;
                 self.open(client, page).await?;
                 for (part, scroll) in [("top", 0), ("pictures", 1)] {
                     if scroll == 1 {

@@ -863,3 +863,23 @@ fn a_taken_port_is_named_before_another_is_used() {
     );
     drop(held);
 }
+
+#[test]
+fn the_served_book_gets_the_progress_of_the_last_check() {
+    let repo = FakeRepo::new();
+    demo_chapter(&repo, "ch01-demo");
+    repo.write("exercises/ch01-demo/src/lib.rs", HALFWAY);
+    let (code, out, err) = workbook(&repo, &["check", "ch01"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    let root = workbook::course::app_state::Repo::at(repo.root()).expect("a workbook root");
+    let json = workbook::course::learner::progress_json(&root).expect("progress");
+    let progress: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+    assert_eq!(
+        progress,
+        serde_json::json!({"chapters": [{"name": "ch01-demo", "done": false, "exercises": [
+            {"name": "double", "state": "done", "passed": 2, "total": 2},
+            {"name": "triple", "state": "failing", "passed": 0, "total": 1},
+            {"name": "square", "state": "not-started", "passed": 0, "total": 1}
+        ]}]})
+    );
+}

@@ -69,6 +69,9 @@ pub fn run(root: Option<&Path>, args: &BookArgs) -> Result<std::process::ExitCod
             server
         }
     };
+    let server = server.with_progress(std::sync::Arc::new(move || {
+        crate::course::learner::progress_json(&repo)
+    }));
     serve_until_interrupted(server, args.open)
 }
 

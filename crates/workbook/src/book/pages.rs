@@ -176,7 +176,7 @@ fn is_solutions_link(line: &str) -> bool {
 /// The block that ends an exercise section.
 fn commands_block(chapter: &str, exercise: &str, cargo_test: &str) -> String {
     format!(
-        "<div class=\"wb-commands\">\n\n\
+        "<div class=\"wb-commands\" data-chapter=\"{chapter}\" data-exercise=\"{exercise}\">\n\n\
          **Check it** with the workbook, and ask for the next hint when a test fails:\n\n\
          ```console\n\
          $ {CLI} check {chapter}\n\

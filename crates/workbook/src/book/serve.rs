@@ -24,7 +24,16 @@ pub struct Server {
     stopped: Arc<AtomicBool>,
     addr: SocketAddr,
     root: PathBuf,
+    progress: Option<Progress>,
 }
+
+/// Makes [`PROGRESS_PATH`]'s answer: the learner's progress as JSON, read afresh per request.
+pub type Progress = Arc<dyn Fn() -> Result<Vec<u8>> + Send + Sync>;
+
+/// Where a served book finds the learner's progress (`workbook start`, `book --serve`); a book
+/// served any other way, or opened from its files, has no such file, and its pages look as they
+/// always do.
+pub const PROGRESS_PATH: &str = "/workbook-progress.json";
 
 /// Stops a [`Server`] from another thread.
 #[derive(Clone)]
@@ -84,6 +93,7 @@ impl Server {
             stopped: Arc::new(AtomicBool::new(false)),
             addr,
             root,
+            progress: None,
         })
     }
 
@@ -119,6 +129,12 @@ impl Server {
         Ok((server, note))
     }
 
+    /// Answers [`PROGRESS_PATH`] with what `progress` makes.
+    pub fn with_progress(mut self, progress: Progress) -> Server {
+        self.progress = Some(progress);
+        self
+    }
+
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -146,7 +162,8 @@ impl Server {
             // A connection that failed before it was accepted: wait for the next one.
             let Ok(stream) = stream else { continue };
             let root = self.root.clone();
-            std::thread::spawn(move || answer(stream, &root));
+            let progress = self.progress.clone();
+            std::thread::spawn(move || answer(stream, &root, progress.as_ref()));
         }
     }
 
@@ -163,8 +180,9 @@ impl Server {
     }
 }
 
-/// Reads one request from `stream` and answers it with the file it names, or the book's 404 page.
-fn answer(stream: TcpStream, root: &Path) {
+/// Reads one request from `stream` and answers it with the file it names (or the learner's
+/// progress), or the book's 404 page.
+fn answer(stream: TcpStream, root: &Path, progress: Option<&Progress>) {
     // A client that connects and says nothing must not hold a thread for ever.
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new((&stream).take(MAX_HEAD_BYTES));
@@ -193,6 +211,19 @@ fn answer(stream: TcpStream, root: &Path) {
         );
         return;
     }
+    if let Some(progress) = progress
+        && target.split(['?', '#']).next() == Some(PROGRESS_PATH)
+    {
+        let (status, body) = match progress() {
+            Ok(body) => ("200 OK", body),
+            Err(e) => (
+                "500 Internal Server Error",
+                format!("{{\"error\": {:?}}}", format!("{e:#}")).into_bytes(),
+            ),
+        };
+        let _ = reply(&mut out, status, "application/json", &body, method == "GET");
+        return;
+    }
     let (status, path) = match resolve(root, target) {
         Some(path) => ("200 OK", path),
         None => ("404 Not Found", root.join("404.html")),
@@ -216,7 +247,7 @@ fn reply(
 ) -> std::io::Result<()> {
     write!(
         out,
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
         body.len()
     )?;
     if with_body {

@@ -196,7 +196,7 @@ fn newest_backup(backups: &Path, name: &str) -> Result<Option<PathBuf>> {
             found.push((file_name, entry.path()));
         }
     }
-    found.sort_by(|a, b| backup_order(&a.0).cmp(&backup_order(&b.0)));
+    found.sort_by_key(|a| backup_order(&a.0));
     Ok(found.pop().map(|(_, path)| path))
 }
 

@@ -94,6 +94,10 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
             server
         }
     };
+    let for_progress = repo.clone();
+    let server = server.with_progress(std::sync::Arc::new(move || {
+        learner::progress_json(&for_progress)
+    }));
     std::thread::spawn(prepare);
     crate::book::serve_until_interrupted(server, args.open)
 }

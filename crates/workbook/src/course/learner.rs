@@ -225,6 +225,43 @@ pub fn command_prefix(repo: &Repo) -> String {
     }
 }
 
+/// The learner's progress for the served book (`book::serve::PROGRESS_PATH`): each chapter,
+/// whether it is done, and each exercise's state (`not-started`, `failing`, `done`) with its
+/// tests passed at the last check, read afresh from `.workbook/`.
+pub fn progress_json(repo: &Repo) -> Result<Vec<u8>> {
+    let chapters = load_chapters(repo)?;
+    let progress = crate::course::progress::StateFile::of(repo).load()?;
+    let chapters: Vec<serde_json::Value> = chapters
+        .iter()
+        .map(|chapter| {
+            let record = progress.check(&chapter.name);
+            let exercises: Vec<serde_json::Value> = chapter_status(chapter, record)
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "name": s.exercise.name,
+                        "state": match s.state {
+                            State::NotStarted => "not-started",
+                            State::Failing => "failing",
+                            State::Done => "done",
+                        },
+                        "passed": s.passed,
+                        "total": s.total,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": chapter.name,
+                "done": chapter_done(chapter, record),
+                "exercises": exercises,
+            })
+        })
+        .collect();
+    Ok(serde_json::to_vec(
+        &serde_json::json!({ "chapters": chapters }),
+    )?)
+}
+
 /// `[########------------] 8/20 exercises`.
 pub fn progress_bar(done: usize, total: usize) -> String {
     const WIDTH: usize = 20;
