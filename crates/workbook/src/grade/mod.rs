@@ -22,6 +22,7 @@ pub mod submission;
 
 use crate::course::app_state::{self, Chapter, Repo};
 use crate::run::runner::{self, RunOptions, TestCase, Verdict};
+use crate::run::Tier;
 use crate::run::sandbox::Sandbox;
 use crate::run::scratch::{self, WorkspaceTemplate};
 use anyhow::{Context, Result, bail};
@@ -90,9 +91,14 @@ pub struct GradeArgs {
     /// Keep the test executables of every graded chapter (about 20 MB each) under target/workbook.
     #[arg(long)]
     pub keep_builds: bool,
-    /// Run the tests without the bubblewrap sandbox (where it cannot run): the learners' code then
-    /// runs with your permissions and can forge its results. Only for code you trust.
-    #[arg(long)]
+    /// Where each test runs: `auto` (namespaces where bubblewrap can make them, else Landlock),
+    /// `namespaces` (bubblewrap), `landlock` (Landlock, seccomp and rlimits, under a uid of its
+    /// own when grading as root: for a hosted grader's container), or `none`.
+    #[arg(long, value_enum, value_name = "TIER", default_value_t = Tier::Auto)]
+    pub sandbox: Tier,
+    /// `--sandbox none`: the learners' code then runs with your permissions and can forge its
+    /// results. Only for code you trust.
+    #[arg(long, conflicts_with = "sandbox")]
     pub no_sandbox: bool,
 }
 
@@ -140,9 +146,9 @@ pub struct GradeOptions {
     pub limits: Limits,
     /// Show a progress bar and one line per graded student on stderr.
     pub progress: bool,
-    /// Run every test in a bubblewrap sandbox ([`crate::run::sandbox`]); grading refuses to start where it
-    /// cannot. `false` is `--no-sandbox`.
-    pub sandbox: bool,
+    /// The sandbox every test runs in ([`crate::run::sandbox`]); grading refuses to start where
+    /// the chosen tier cannot run. [`Tier::None`] is `--no-sandbox`.
+    pub sandbox: Tier,
 }
 
 impl Default for GradeOptions {
@@ -157,7 +163,7 @@ impl Default for GradeOptions {
             keep_builds: false,
             limits: Limits::default(),
             progress: true,
-            sandbox: true,
+            sandbox: Tier::Auto,
         }
     }
 }
@@ -371,6 +377,8 @@ pub struct GradeReport {
     pub students: Vec<StudentResult>,
     /// Wall-clock time of the whole run.
     pub elapsed: Duration,
+    /// The sandbox's tier every test ran in, in words ([`Sandbox::describe`]; `none`).
+    pub sandbox: String,
 }
 
 /// `workbook grade`: grades, prints the table or Gradescope JSON, writes the requested files.
@@ -406,11 +414,15 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         timeout: Duration::from_secs(args.timeout),
         memory_limit: args.memory_limit.0,
         keep_builds: args.keep_builds,
-        sandbox: !args.no_sandbox,
+        sandbox: if args.no_sandbox {
+            Tier::None
+        } else {
+            args.sandbox
+        },
         ..GradeOptions::default()
     };
-    if args.no_sandbox {
-        eprintln!("grade: --no-sandbox: {NO_SANDBOX_RISK}");
+    if options.sandbox == Tier::None {
+        eprintln!("grade: no sandbox: {NO_SANDBOX_RISK}");
     }
     let report = grade(&repo, &paths, &options)?;
     match args.format {
@@ -504,18 +516,22 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         .prefix("run-")
         .tempdir_in(&grade_dir)
         .context("creating a folder for this run")?;
-    let sandbox = if options.sandbox {
-        let sandbox = Sandbox::detect().map_err(|e| {
+    let sandbox = Sandbox::choose(options.sandbox)
+        .map_err(|e| {
             anyhow::anyhow!(
                 "grading runs every test in a sandbox, and it cannot run here: {e:#}.\n\
                  Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) on Linux with \
-                 user namespaces, or grade with --no-sandbox: {NO_SANDBOX_RISK}"
+                 user namespaces, or use a kernel with Landlock (Linux 5.13 or later), or grade \
+                 with --sandbox none: {NO_SANDBOX_RISK}"
             )
-        })?;
-        Some(Arc::new(sandbox))
-    } else {
-        None
-    };
+        })?
+        .map(Arc::new);
+    let tier = sandbox
+        .as_deref()
+        .map_or_else(|| "none".to_string(), Sandbox::describe);
+    if options.progress {
+        eprintln!("grade: every test runs in the sandbox: {tier}");
+    }
     let ctx = Grader {
         template,
         grade_dir,
@@ -632,6 +648,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         chapters: specs,
         students,
         elapsed: start.elapsed(),
+        sandbox: tier,
     })
 }
 
