@@ -146,6 +146,10 @@ pub struct GradeOptions {
     pub limits: Limits,
     /// Show a progress bar and one line per graded student on stderr.
     pub progress: bool,
+    /// With one submission: keep its Gradescope results.json in this file up to date as
+    /// grading goes (from the start, then after every graded chapter), so that a grader stopped
+    /// at a time limit leaves the chapters it graded counted.
+    pub results_as_it_goes: Option<PathBuf>,
     /// The sandbox every test runs in ([`crate::run::sandbox`]); grading refuses to start where
     /// the chosen tier cannot run. [`Tier::None`] is `--no-sandbox`.
     pub sandbox: Tier,
@@ -163,6 +167,7 @@ impl Default for GradeOptions {
             keep_builds: false,
             limits: Limits::default(),
             progress: true,
+            results_as_it_goes: None,
             sandbox: Tier::Auto,
         }
     }
@@ -419,6 +424,7 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         } else {
             args.sandbox
         },
+        results_as_it_goes: args.gradescope.clone().filter(|_| paths.len() == 1),
         ..GradeOptions::default()
     };
     if options.sandbox == Tier::None {
@@ -600,6 +606,20 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
             });
         }
     };
+    // With one submission, its results.json as it stands (under the results' lock).
+    let write_as_it_goes = |done: &BTreeMap<(usize, usize), ChapterResult>| -> Result<()> {
+        let (Some(path), [(sub, slug)]) = (&options.results_as_it_goes, taken.as_slice()) else {
+            return Ok(());
+        };
+        let so_far = GradeReport {
+            chapters: specs.clone(),
+            students: vec![assemble(sub, slug, &specs, done, 0)],
+            elapsed: start.elapsed(),
+            sandbox: tier.clone(),
+        };
+        report::write_gradescope(&so_far, path)
+    };
+    write_as_it_goes(&BTreeMap::new())?;
     for (s, (sub, _)) in taken.iter().enumerate() {
         if sub.chapters.is_empty() {
             announce(s);
@@ -621,10 +641,13 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
                     let build = builds[s].get_or_init(|| build_student(&ctx, &specs, sub, slug));
                     let compiled = build.chapters.get(spec.name());
                     let result = grade_chapter(&ctx, spec, submitted, compiled, &|| bar.inc(1));
-                    results
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert((s, c), result);
+                    {
+                        let mut done = results.lock().unwrap_or_else(|p| p.into_inner());
+                        done.insert((s, c), result);
+                        if let Err(e) = write_as_it_goes(&done) {
+                            eprintln!("grade: {e:#}");
+                        }
+                    }
                     if left[s].fetch_sub(1, Ordering::AcqRel) == 1 {
                         build
                             .scratch
@@ -680,6 +703,16 @@ fn assemble(
         .map(|(c, spec)| {
             if let Some(result) = done.get(&(s, c)) {
                 return result.clone();
+            }
+            if sub.chapters.contains_key(spec.name()) {
+                // Only while grading goes on (results.json as it goes).
+                let why = "not graded yet: grading stopped before this chapter (a time limit?)";
+                return ChapterResult::without_tests(
+                    spec,
+                    ChapterState::NotGraded(why.to_string()),
+                    Status::NotGraded,
+                    why,
+                );
             }
             match &sub.refused {
                 Some(why) => ChapterResult::without_tests(
