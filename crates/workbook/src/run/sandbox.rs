@@ -169,7 +169,8 @@ impl Bubblewrap {
             bail!(
                 "{} cannot build a sandbox here ({}): {} (are unprivileged user namespaces \
                  turned off? sysctl kernel.unprivileged_userns_clone / \
-                 user.max_user_namespaces)",
+                 user.max_user_namespaces; or is this a container whose seccomp rules refuse \
+                 namespaces?)",
                 sandbox.bwrap.display(),
                 output.status,
                 String::from_utf8_lossy(&output.stderr).trim()
