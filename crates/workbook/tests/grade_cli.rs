@@ -304,7 +304,8 @@ fn without_bubblewrap_auto_falls_back_to_landlock_and_namespaces_refuses() {
         let (output, stdout, stderr) = grade(flag);
         assert!(output.status.success(), "{stdout}\n{stderr}");
         assert!(
-            stderr.contains("grade: no sandbox: then the learners' code runs with your permissions"),
+            stderr
+                .contains("grade: no sandbox: then the learners' code runs with your permissions"),
             "{stderr}"
         );
         assert!(

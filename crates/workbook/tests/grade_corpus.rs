@@ -335,7 +335,9 @@ static RUN: LazyLock<Run> = LazyLock::new(|| {
     };
     let listener = std::env::var("GPUMEM_CORPUS_PORT").ok().map(|port| {
         let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).expect("a port");
-        listener.set_nonblocking(true).expect("a non-blocking listener");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
         listener
     });
     let repo = Repo::at(&root).expect("the repository");
@@ -1274,7 +1276,10 @@ fn nothing_outside_a_tests_scratch_changes_and_the_network_is_not_reached() {
         );
     }
     if let Some(sentinel) = std::env::var_os("GPUMEM_CORPUS_SENTINEL") {
-        assert_eq!(std::fs::read_to_string(&sentinel).expect("the sentinel"), "sentinel");
+        assert_eq!(
+            std::fs::read_to_string(&sentinel).expect("the sentinel"),
+            "sentinel"
+        );
     }
     if let Some(feedback) = std::env::var_os("GPUMEM_CORPUS_FEEDBACK") {
         let written: Vec<_> = std::fs::read_dir(&feedback)

@@ -39,7 +39,10 @@ fn run_autograder_grades_a_submission_into_results_json() {
     let results = autograde(dir.path(), &dir.path().join("autograder"));
     if std::env::var_os("WORKBOOK_BWRAP").is_none() && !common::in_hosted_grader() {
         let output = results["output"].as_str().unwrap();
-        assert!(output.contains("\nSandbox: namespaces (bubblewrap)\n"), "{output}");
+        assert!(
+            output.contains("\nSandbox: namespaces (bubblewrap)\n"),
+            "{output}"
+        );
     }
 }
 

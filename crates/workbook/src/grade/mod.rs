@@ -21,8 +21,8 @@ pub mod report;
 pub mod submission;
 
 use crate::course::app_state::{self, Chapter, Repo};
-use crate::run::runner::{self, RunOptions, TestCase, Verdict};
 use crate::run::Tier;
+use crate::run::runner::{self, RunOptions, TestCase, Verdict};
 use crate::run::sandbox::Sandbox;
 use crate::run::scratch::{self, WorkspaceTemplate};
 use anyhow::{Context, Result, bail};

@@ -144,7 +144,8 @@ impl ExecArgs {
         strings.extend(args.iter().cloned());
         strings.extend(env.iter().cloned());
         let pointers = |from: usize, to: usize| {
-            let mut list: Vec<*const c_char> = strings[from..to].iter().map(|s| s.as_ptr()).collect();
+            let mut list: Vec<*const c_char> =
+                strings[from..to].iter().map(|s| s.as_ptr()).collect();
             list.push(std::ptr::null());
             list
         };
@@ -171,7 +172,11 @@ impl Landlocked {
         let logs = tempfile::Builder::new()
             .prefix("workbook-sandbox-")
             .tempdir_in("/dev/shm")
-            .or_else(|_| tempfile::Builder::new().prefix("workbook-sandbox-").tempdir())
+            .or_else(|_| {
+                tempfile::Builder::new()
+                    .prefix("workbook-sandbox-")
+                    .tempdir()
+            })
             .context("creating the grader's private folder")?;
         let scratch = tempfile::Builder::new()
             .prefix("workbook-scratch-")
@@ -274,8 +279,8 @@ impl Landlocked {
         let log_path = gate.path();
 
         let ruleset = self.ruleset(binary, &scratch.0, gate.dir())?;
-        let executable = std::fs::File::open(binary)
-            .with_context(|| format!("opening {}", binary.display()))?;
+        let executable =
+            std::fs::File::open(binary).with_context(|| format!("opening {}", binary.display()))?;
         let c = |text: &std::ffi::OsStr| {
             CString::new(text.as_bytes()).context("an argument or variable holds a NUL byte")
         };
@@ -404,15 +409,30 @@ impl Landlocked {
         let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = vec![
             (binary.to_path_buf(), read_file),
             (scratch.to_path_buf(), AccessFs::from_all(WRITTEN_FOR)),
-            (log_dir.to_path_buf(), AccessFs::WriteFile | AccessFs::Truncate),
+            (
+                log_dir.to_path_buf(),
+                AccessFs::WriteFile | AccessFs::Truncate,
+            ),
             ("/dev/null".into(), read_write_file),
         ];
-        for dir in ["/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32"] {
+        for dir in [
+            "/usr/lib",
+            "/usr/lib64",
+            "/usr/lib32",
+            "/lib",
+            "/lib64",
+            "/lib32",
+        ] {
             if Path::new(dir).is_dir() {
                 rules.push((dir.into(), read_dir));
             }
         }
-        for file in ["/etc/ld.so.cache", "/dev/zero", "/dev/urandom", "/dev/random"] {
+        for file in [
+            "/etc/ld.so.cache",
+            "/dev/zero",
+            "/dev/urandom",
+            "/dev/random",
+        ] {
             if Path::new(file).exists() {
                 rules.push((file.into(), AccessFs::ReadFile.into()));
             }
@@ -574,8 +594,12 @@ fn seccomp_filters() -> Result<Vec<BpfProgram>> {
     let mut clone = Vec::new();
     for flag in namespace_flags {
         let flag = flag as u64;
-        let condition =
-            SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)?;
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )?;
         clone.push(SeccompRule::new(vec![condition])?);
     }
     rules.insert(libc::SYS_clone, clone);
@@ -622,16 +646,11 @@ fn tasks_of(uid: Uid) -> u64 {
     count
 }
 
-/// Where the sandbox cannot run, its tests fail under CI=true and are skipped elsewhere.
-#[cfg(test)]
-#[path = "../../tests/common/sandbox.rs"]
-mod needs_sandbox;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::run::runner::{RunOptions, TestCase, Verdict, run_test};
-    use crate::run::sandbox::Sandbox;
+    use crate::run::sandbox::{Sandbox, needs_sandbox};
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -675,7 +694,10 @@ mod tests {
             outcome.stdout,
             outcome.stderr
         );
-        assert_eq!(std::fs::read_to_string(outside.join("keep")).unwrap(), "kept");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("keep")).unwrap(),
+            "kept"
+        );
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
     }
 
@@ -714,7 +736,11 @@ mod tests {
         let outside = std::env::var(OUTSIDE).unwrap();
         for dir in ["/tmp", "/dev/shm", "/", outside.as_str()] {
             let path = Path::new(dir).join("escaped");
-            assert!(std::fs::write(&path, "x").is_err(), "wrote {}", path.display());
+            assert!(
+                std::fs::write(&path, "x").is_err(),
+                "wrote {}",
+                path.display()
+            );
         }
         assert!(std::fs::remove_file(Path::new(&outside).join("keep")).is_err());
         assert!(std::fs::read_dir("/").is_err());

@@ -441,7 +441,7 @@ impl LogGate {
                         let removed = std::fs::rename(dir.join("harness.log"), &outside).is_ok()
                             && std::fs::remove_file(&outside).is_ok()
                             && read
-                                .set_permissions(std::fs::Permissions::from_mode(0))
+                                .set_permissions(std::fs::Permissions::from_mode(0o000))
                                 .is_ok();
                         let _ =
                             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(closed));
@@ -580,7 +580,7 @@ fn seccomp_program() -> Option<Vec<u8>> {
 /// integration tests' own module, shared).
 #[cfg(test)]
 #[path = "../../tests/common/sandbox.rs"]
-mod needs_sandbox;
+pub(crate) mod needs_sandbox;
 
 #[cfg(test)]
 mod tests {
