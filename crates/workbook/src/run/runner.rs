@@ -424,7 +424,8 @@ pub struct RunOptions {
     pub env: Vec<(String, String)>,
     /// Bytes of memory the test process may have (`RLIMIT_DATA`: its heap and private writable
     /// mappings); past it an allocation fails. `None`: no limit. In a sandbox it is the address
-    /// space instead (see [`Sandbox::command`]).
+    /// space instead (see [`sandbox::Bubblewrap::command`] and
+    /// [`sandbox::Landlocked::command`]).
     pub memory_limit: Option<u64>,
     /// Run each test in this sandbox (grading); `None`: as a plain child process (`check`,
     /// `verify`, `grade --no-sandbox`).

@@ -106,7 +106,7 @@ pub struct Bubblewrap {
     cuda: bool,
 }
 
-/// What one sandboxed process needs from the grader's side, made by [`Sandbox::command`].
+/// What one sandboxed process needs from the grader's side, made by [`Bubblewrap::command`].
 #[derive(Debug)]
 pub struct Prepared {
     /// `bwrap` with every argument, ready to spawn.
