@@ -164,9 +164,10 @@ impl Landlocked {
     /// The error says what is missing.
     pub fn detect() -> Result<Landlocked> {
         // The ruleset every test gets is made the same way; here only whether the kernel takes one.
-        base_ruleset()
-            .and_then(Ruleset::create)
-            .context("Landlock is not available (it needs Linux 5.13 or later with `landlock` in the lsm= boot parameter)")?;
+        base_ruleset().and_then(Ruleset::create).context(
+            "Landlock is not available (it needs Linux 5.13 or later, with `landlock` among \
+                 the kernel's lsm= modules)",
+        )?;
         let filters = seccomp_filters()?;
         let as_root = Uid::effective().is_root();
         let logs = tempfile::Builder::new()

@@ -3,22 +3,23 @@
 //! cannot make them (a hosted grader's container), Landlock, seccomp and rlimits under a uid per
 //! test ([`super::landlocked`]).
 //!
-//! In the namespaces tier (`bwrap`, Debian's `bubblewrap`), each test gets namespaces of its own (PID, network, IPC, UTS, user where needed): it sees no
-//! other process, the grader included, and has no network. Its file system is built from nothing:
-//! the shared-library folders read-only (`/usr/lib`, `/lib`...), its own test executable
-//! read-only, a fresh `/dev` (read-only, with a `/dev/shm` of bounded size), a scratch `/tmp` of
-//! bounded size (its working directory), and the harness's log file; no `/proc`, no `/usr/bin`,
-//! no other submission, no hidden test, none of the grader's files. A seccomp filter refuses the
-//! system calls that reach into another process's memory or descriptors (`ptrace`,
-//! `process_vm_readv`/`writev`, `pidfd_getfd`). When the test process ends, or is killed at its
-//! time limit, the kernel ends everything in its PID namespace before the grader goes on.
+//! In the namespaces tier (`bwrap`, Debian's `bubblewrap`), each test gets namespaces of its own
+//! (PID, network, IPC, UTS, user where needed): it sees no other process, the grader included, and
+//! has no network. Its file system is built from nothing: the shared-library folders read-only
+//! (`/usr/lib`, `/lib`...), its own test executable read-only, a fresh `/dev` (read-only, with a
+//! `/dev/shm` of bounded size), a scratch `/tmp` of bounded size (its working directory), and the
+//! harness's log file; no `/proc`, no `/usr/bin`, no other submission, no hidden test, none of the
+//! grader's files. A seccomp filter refuses the system calls that reach into another process's
+//! memory or descriptors (`ptrace`, `process_vm_readv`/`writev`, `pidfd_getfd`). When the test
+//! process ends, or is killed at its time limit, the kernel ends everything in its PID namespace
+//! before the grader goes on.
 //!
 //! A test passes only when the sandbox exits with status 0 and the harness's log says the test
 //! passed. That log is a file the harness opens before any of the learner's code runs, behind a
 //! gate: the grader holds a lease on it, so the harness's open waits until the grader has removed
-//! the file's name and let the open through. From then on the harness writes to a file that no
-//! path leads to; learner code can neither open it nor create another in its folder, and safe
-//! Rust (the learner's crate may not use `unsafe`) cannot reach the harness's descriptor.
+//! the file's name and let the open through. From then on the harness writes to a file that no path
+//! leads to; learner code can neither open it nor create another in its folder, and safe Rust (the
+//! learner's crate may not use `unsafe`) cannot reach the harness's descriptor.
 
 use anyhow::{Context, Result, bail};
 use std::io::Read;
