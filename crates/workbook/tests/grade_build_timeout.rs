@@ -84,7 +84,7 @@ fn a_chapter_that_never_finishes_building_costs_only_that_chapter() {
     let repo_state = workbook::course::app_state::Repo::at(repo.root()).expect("the repository");
     let options = workbook::grade::GradeOptions {
         build_timeout: Duration::from_secs(5),
-        sandbox: false,
+        sandbox: workbook::run::Tier::None,
         progress: false,
         ..Default::default()
     };

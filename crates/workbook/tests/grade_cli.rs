@@ -259,7 +259,10 @@ fn grading_nothing_or_a_missing_path_is_an_error() {
 }
 
 #[test]
-fn without_a_working_sandbox_grading_refuses_unless_told_no_sandbox() {
+fn without_bubblewrap_auto_falls_back_to_landlock_and_namespaces_refuses() {
+    if common::skip_without_landlock() {
+        return;
+    }
     let root = repo_root();
     let solution = root.join("solutions");
     let grade = |extra: &[&str]| {
@@ -273,7 +276,7 @@ fn without_a_working_sandbox_grading_refuses_unless_told_no_sandbox() {
             .env("WORKBOOK_BWRAP", "/nonexistent/bwrap");
         common::run(&mut cmd)
     };
-    let (output, stdout, stderr) = grade(&[]);
+    let (output, stdout, stderr) = grade(&["--sandbox", "namespaces"]);
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("grading runs every test in a sandbox, and it cannot run here"),
@@ -281,18 +284,33 @@ fn without_a_working_sandbox_grading_refuses_unless_told_no_sandbox() {
     );
     assert!(stderr.contains("apt-get install bubblewrap"), "{stderr}");
     assert!(
-        stderr.contains("--no-sandbox: then the learners' code runs with your permissions"),
+        stderr.contains("--sandbox none: then the learners' code runs with your permissions"),
         "{stderr}"
     );
 
-    let (output, stdout, stderr) = grade(&["--no-sandbox"]);
+    // No flag: the Landlock tier, named.
+    let (output, stdout, stderr) = grade(&[]);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("grade: --no-sandbox: then the learners' code runs with your permissions"),
+        stderr.contains("grade: every test runs in the sandbox: landlock ("),
         "{stderr}"
     );
     assert!(
         stdout.contains("solutions: 21/21: every test passed"),
         "{stdout}"
     );
+
+    for flag in [&["--no-sandbox"][..], &["--sandbox", "none"]] {
+        let (output, stdout, stderr) = grade(flag);
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stderr
+                .contains("grade: no sandbox: then the learners' code runs with your permissions"),
+            "{stderr}"
+        );
+        assert!(
+            stdout.contains("solutions: 21/21: every test passed"),
+            "{stdout}"
+        );
+    }
 }

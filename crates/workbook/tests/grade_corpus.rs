@@ -273,8 +273,15 @@ fn hostile(root: &Path, class: &Path) {
 struct Run {
     report: GradeReport,
     class: PathBuf,
+    /// Listening on 127.0.0.1:GPUMEM_CORPUS_PORT while the corpus was graded, when that is set
+    /// (in the hosted grader's container: the vandal submission tries to connect).
+    listener: Option<std::net::TcpListener>,
     _dir: tempfile::TempDir,
 }
+
+/// The port the vandal submission tries to reach, inside the hosted grader's container (a
+/// network namespace of its own, where it is free).
+const VANDAL_PORT: u16 = 47011;
 
 static RUN: LazyLock<Run> = LazyLock::new(|| {
     let root = repo_root();
@@ -326,11 +333,19 @@ static RUN: LazyLock<Run> = LazyLock::new(|| {
         },
         ..GradeOptions::default()
     };
+    let listener = std::env::var("GPUMEM_CORPUS_PORT").ok().map(|port| {
+        let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).expect("a port");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        listener
+    });
     let repo = Repo::at(&root).expect("the repository");
     let report = grade::grade(&repo, &paths, &options).expect("grading runs");
     Run {
         report,
         class,
+        listener,
         _dir: dir,
     }
 });
@@ -412,6 +427,7 @@ fn every_submission_gets_exactly_its_score() {
         ("tamper-official-tests", 0, CH02_MAX),
         ("tarball", 0, CH02_MAX),
         ("untouched-stubs", 0, 0),
+        ("vandal", 0, CH02_MAX),
         ("zip-bomb", 0, 0),
         ("zip-slip", 0, 0),
     ];
@@ -1177,10 +1193,19 @@ fn shared_memory_counts_against_the_memory_limit() {
         expect(&independent.map(|t| (t, Status::Failed)))
     );
     let why = message(student("shared-memory-hog"), CH02, independent[0]);
-    assert!(
-        why.contains("shared memory beyond the limit") && why.contains("No space left on device"),
-        "{why}"
-    );
+    if landlocked() {
+        // Landlock gives no /dev/shm at all.
+        assert!(
+            why.contains("a file in /dev/shm") && why.contains("Permission denied"),
+            "{why}"
+        );
+    } else {
+        assert!(
+            why.contains("shared memory beyond the limit")
+                && why.contains("No space left on device"),
+            "{why}"
+        );
+    }
 }
 
 #[test]
@@ -1204,4 +1229,111 @@ fn no_report_holds_the_hidden_tests_sources() {
         chapter(student("read-hidden-tests"), CH02).score(),
         CH02_MAX
     );
+}
+
+/// Whether the corpus was graded in the Landlock tier (in the hosted grader's container).
+fn landlocked() -> bool {
+    RUN.report.sandbox.starts_with("landlock")
+}
+
+#[test]
+fn the_tier_is_namespaces_here_and_landlock_in_the_hosted_graders_container() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    if common::in_hosted_grader() {
+        assert!(
+            RUN.report
+                .sandbox
+                .starts_with("landlock (as root: a uid per test"),
+            "{}",
+            RUN.report.sandbox
+        );
+    } else if std::env::var_os("WORKBOOK_BWRAP").is_none() {
+        assert_eq!(RUN.report.sandbox, "namespaces (bubblewrap)");
+    }
+}
+
+#[test]
+fn nothing_outside_a_tests_scratch_changes_and_the_network_is_not_reached() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    assert_eq!(chapter(student("vandal"), CH02).score(), CH02_MAX);
+    let deps = Repo::at(&repo_root())
+        .expect("the repository")
+        .work_dir()
+        .join("target/debug/deps");
+    let mut dirs: Vec<PathBuf> = deps.ancestors().map(Path::to_path_buf).collect();
+    dirs.extend(["/tmp", "/dev/shm", "/", "/root"].map(PathBuf::from));
+    dirs.push(std::env::temp_dir());
+    for dir in dirs {
+        assert!(
+            !dir.join("vandal-was-here").exists(),
+            "the vandal wrote into {}",
+            dir.display()
+        );
+    }
+    if let Some(sentinel) = std::env::var_os("GPUMEM_CORPUS_SENTINEL") {
+        assert_eq!(
+            std::fs::read_to_string(&sentinel).expect("the sentinel"),
+            "sentinel"
+        );
+    }
+    if let Some(feedback) = std::env::var_os("GPUMEM_CORPUS_FEEDBACK") {
+        let written: Vec<_> = std::fs::read_dir(&feedback)
+            .expect("the feedback folder")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(written.is_empty(), "{written:?}");
+    }
+    if let Some(listener) = &RUN.listener {
+        let accepted = listener.accept();
+        assert!(
+            accepted
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the vandal reached the network: {accepted:?}"
+        );
+    }
+}
+
+/// Runs this very test executable in the hosted grader's container (`scripts/hosted-grader.sh`:
+/// Docker's seccomp rules, no namespaces, so no bubblewrap), once the corpus was graded here:
+/// there, with no sandbox flag, the grader takes the Landlock tier, and every test above must
+/// pass as it does here (the scores alike), with the vandal's targets (a sentinel file, a
+/// feedback folder, a port) given.
+#[test]
+fn the_hosted_graders_container_grades_the_corpus_alike() {
+    if common::in_hosted_grader() || common::skip_without_podman() {
+        return;
+    }
+    if common::skip_without_sandbox() {
+        return;
+    }
+    // One grading at a time: the time limits are for a machine that grades nothing else.
+    let _ = &RUN.report;
+    let dir = tempfile::Builder::new()
+        .prefix("workbook-hosted-")
+        .tempdir_in("/tmp")
+        .expect("a folder in /tmp, which the container shares");
+    let sentinel = dir.path().join("sentinel");
+    std::fs::write(&sentinel, "sentinel").unwrap();
+    let feedback = dir.path().join("feedback");
+    std::fs::create_dir(&feedback).unwrap();
+    let script = repo_root().join("scripts/hosted-grader.sh");
+    let (output, stdout, stderr) = common::run(
+        std::process::Command::new(&script)
+            .arg(std::env::current_exe().expect("this test executable"))
+            .args(["--test-threads", "2"])
+            .env("GPUMEM_CORPUS_SENTINEL", &sentinel)
+            .env("GPUMEM_CORPUS_FEEDBACK", &feedback)
+            .env("GPUMEM_CORPUS_PORT", VANDAL_PORT.to_string())
+            .env("CARGO_NET_OFFLINE", "true"),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains(" 0 failed;"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&sentinel).unwrap(), "sentinel");
+    assert_eq!(std::fs::read_dir(&feedback).unwrap().count(), 0);
 }

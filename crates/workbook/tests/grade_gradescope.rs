@@ -35,10 +35,55 @@ fn run_autograder_grades_a_submission_into_results_json() {
     if common::skip_without_sandbox() {
         return;
     }
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let results = autograde(dir.path(), &dir.path().join("autograder"));
+    if std::env::var_os("WORKBOOK_BWRAP").is_none() && !common::in_hosted_grader() {
+        let output = results["output"].as_str().unwrap();
+        assert!(
+            output.contains("\nSandbox: namespaces (bubblewrap)\n"),
+            "{output}"
+        );
+    }
+}
+
+/// In the hosted grader's container (`scripts/hosted-grader.sh`: Docker's seccomp rules, no
+/// namespaces), the package unpacked into `/autograder` itself grades in the Landlock tier and
+/// says so in results.json. Run here, it runs itself there.
+#[test]
+fn in_the_hosted_graders_container_run_autograder_grades_in_the_landlock_tier() {
+    if common::in_hosted_grader() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let results = autograde(dir.path(), Path::new("/autograder"));
+        let output = results["output"].as_str().unwrap();
+        assert!(
+            output.contains("\nSandbox: landlock (as root: a uid per test, Landlock ABI "),
+            "{output}"
+        );
+        return;
+    }
+    if common::skip_without_podman() || common::skip_without_landlock() {
+        return;
+    }
+    let (output, stdout, stderr) = common::run(
+        std::process::Command::new(repo_root().join("scripts/hosted-grader.sh"))
+            .arg(std::env::current_exe().expect("this test executable"))
+            .args([
+                "--exact",
+                "in_the_hosted_graders_container_run_autograder_grades_in_the_landlock_tier",
+            ])
+            .env("CARGO_NET_OFFLINE", "true"),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed;"), "{stdout}");
+}
+
+/// Exports the package (into `dir`), unpacks it into `autograder`/source as Gradescope does, lays
+/// out a submission of chapters 1 and 2 solved, runs `run_autograder`, checks the scores, and
+/// returns results.json.
+fn autograde(dir: &Path, autograder: &Path) -> serde_json::Value {
     let root = repo_root();
     let hidden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/submissions/hidden");
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let zip_path = dir.path().join("autograder.zip");
+    let zip_path = dir.join("autograder.zip");
     let (output, stdout, stderr) = common::run(
         common::workbook()
             .arg("--root")
@@ -52,7 +97,6 @@ fn run_autograder_grades_a_submission_into_results_json() {
     assert!(stdout.contains("hidden tests included"), "{stdout}");
 
     // Unpacked as Gradescope does, into /autograder/source.
-    let autograder = dir.path().join("autograder");
     let source = autograder.join("source");
     let mut zip = zip::ZipArchive::new(std::fs::File::open(&zip_path).unwrap()).unwrap();
     let mut names = Vec::new();
@@ -108,7 +152,7 @@ fn run_autograder_grades_a_submission_into_results_json() {
     let (output, stdout, stderr) = common::run(
         std::process::Command::new("bash")
             .arg(source.join("run_autograder"))
-            .env("AUTOGRADER_ROOT", &autograder)
+            .env("AUTOGRADER_ROOT", autograder)
             .env("WORKBOOK_BIN", env!("CARGO_BIN_EXE_workbook"))
             .env_remove("GPUMEM_DEVICE")
             .env_remove("GPUMEM_CPU_CAPACITY"),
@@ -140,4 +184,6 @@ fn run_autograder_grades_a_submission_into_results_json() {
             .any(|t| t["name"].as_str().unwrap().starts_with("ch03-") && t["status"] == "failed"),
         "every chapter is graded"
     );
+    assert!(!autograder.join("results/results.json.partial").exists());
+    results
 }

@@ -40,8 +40,9 @@ pub struct ExportGradescopeArgs {
     /// Hidden tests to grade with too: FOLDER/CHAPTER/*.rs and points.toml, as for `grade`.
     #[arg(long, value_name = "FOLDER")]
     pub hidden_tests: Option<PathBuf>,
-    /// run_autograder grades with `grade --no-sandbox` (where the sandbox cannot run): each
-    /// submission is then isolated only by Gradescope's container, and can forge its results.
+    /// run_autograder grades with `grade --sandbox none` (where no tier of the sandbox can run):
+    /// each submission is then isolated only by Gradescope's container, and can forge its
+    /// results.
     #[arg(long)]
     pub no_sandbox: bool,
 }
@@ -54,6 +55,8 @@ AUTOGRADER="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$AUTOGRADER/source"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
+# bubblewrap for the namespaces tier; the Landlock tier, which Gradescope's container leaves
+# (Docker's seccomp rules refuse namespaces), needs only the kernel.
 apt-get install -y --no-install-recommends bubblewrap build-essential ca-certificates curl
 if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
@@ -64,16 +67,19 @@ cd "$SOURCE"
 cargo build --release --locked -p workbook
 # Builds the runtime and every chapter's official tests once, by grading the untouched stubs
 # (trusted code, so without the sandbox): grading a submission then compiles only its own code.
-./target/release/workbook --root "$SOURCE" grade "$SOURCE/exercises" --no-sandbox \
+./target/release/workbook --root "$SOURCE" grade "$SOURCE/exercises" --sandbox none \
   --format json >/dev/null
 "#;
 
-/// `run_autograder`: run by Gradescope for every submission (`@NO_SANDBOX@` becomes
-/// `--no-sandbox ` when exported so, else nothing).
+/// `run_autograder`: run by Gradescope for every submission (`@SANDBOX@` becomes `none` when
+/// exported with `--no-sandbox`, else `auto`).
 pub const RUN_AUTOGRADER: &str = r#"#!/usr/bin/env bash
 # Gradescope runs this for every submission: it grades /autograder/submission with the official
-# tests (and the hidden ones in hidden-tests/), every test in a bubblewrap sandbox, into
-# /autograder/results/results.json.
+# tests (and the hidden ones in hidden-tests/), every test in the sandbox (`--sandbox auto`:
+# namespaces where bubblewrap can make them, else Landlock, which Gradescope's container allows),
+# into /autograder/results/results.json, whose `output` names the sandbox's tier. That file is
+# written from the start and after every graded chapter: a run stopped at Gradescope's time limit
+# keeps the chapters it graded.
 set -euo pipefail
 AUTOGRADER="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$AUTOGRADER/source"
@@ -84,7 +90,7 @@ hidden=()
 if [ -d "$SOURCE/hidden-tests" ]; then
   hidden=(--hidden-tests "$SOURCE/hidden-tests")
 fi
-"$WORKBOOK" --root "$SOURCE" grade "$AUTOGRADER/submission" "${hidden[@]}" @NO_SANDBOX@\
+"$WORKBOOK" --root "$SOURCE" grade "$AUTOGRADER/submission" "${hidden[@]}" --sandbox @SANDBOX@ \
   --jobs "$(nproc)" --gradescope "$AUTOGRADER/results/results.json"
 "#;
 
@@ -137,10 +143,7 @@ pub fn gradescope(
     let mut zip = zip::ZipWriter::new(file);
     let plain = zip::write::SimpleFileOptions::default().unix_permissions(0o644);
     let program = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
-    let run = RUN_AUTOGRADER.replace(
-        "@NO_SANDBOX@",
-        if no_sandbox { "--no-sandbox " } else { "" },
-    );
+    let run = RUN_AUTOGRADER.replace("@SANDBOX@", if no_sandbox { "none" } else { "auto" });
     for (name, text) in [("setup.sh", SETUP_SH), ("run_autograder", run.as_str())] {
         zip.start_file(name, program)?;
         zip.write_all(text.as_bytes())?;
@@ -199,7 +202,8 @@ pub fn command(
     println!(
         "{}: the Gradescope autograder ({n} files{}). Upload it as a zip file autograder \
          (Ubuntu base image); setup.sh installs Rust and bubblewrap and builds the tests once, \
-         run_autograder grades each submission in the sandbox.",
+         run_autograder grades each submission in the sandbox (in Gradescope's container, its \
+         Landlock tier) and names the tier in results.json.",
         out.display(),
         if hidden_tests.is_some() {
             ", hidden tests included"

@@ -21,6 +21,7 @@ pub mod report;
 pub mod submission;
 
 use crate::course::app_state::{self, Chapter, Repo};
+use crate::run::Tier;
 use crate::run::runner::{self, RunOptions, TestCase, Verdict};
 use crate::run::sandbox::Sandbox;
 use crate::run::scratch::{self, WorkspaceTemplate};
@@ -90,9 +91,14 @@ pub struct GradeArgs {
     /// Keep the test executables of every graded chapter (about 20 MB each) under target/workbook.
     #[arg(long)]
     pub keep_builds: bool,
-    /// Run the tests without the bubblewrap sandbox (where it cannot run): the learners' code then
-    /// runs with your permissions and can forge its results. Only for code you trust.
-    #[arg(long)]
+    /// Where each test runs: `auto` (namespaces where bubblewrap can make them, else Landlock),
+    /// `namespaces` (bubblewrap), `landlock` (Landlock, seccomp and rlimits, under a uid of its
+    /// own when grading as root: for a hosted grader's container), or `none`.
+    #[arg(long, value_enum, value_name = "TIER", default_value_t = Tier::Auto)]
+    pub sandbox: Tier,
+    /// `--sandbox none`: the learners' code then runs with your permissions and can forge its
+    /// results. Only for code you trust.
+    #[arg(long, conflicts_with = "sandbox")]
     pub no_sandbox: bool,
 }
 
@@ -140,9 +146,13 @@ pub struct GradeOptions {
     pub limits: Limits,
     /// Show a progress bar and one line per graded student on stderr.
     pub progress: bool,
-    /// Run every test in a bubblewrap sandbox ([`crate::run::sandbox`]); grading refuses to start where it
-    /// cannot. `false` is `--no-sandbox`.
-    pub sandbox: bool,
+    /// With one submission: keep its Gradescope results.json in this file up to date as
+    /// grading goes (from the start, then after every graded chapter), so that a grader stopped
+    /// at a time limit leaves the chapters it graded counted.
+    pub results_as_it_goes: Option<PathBuf>,
+    /// The sandbox every test runs in ([`crate::run::sandbox`]); grading refuses to start where
+    /// the chosen tier cannot run. [`Tier::None`] is `--no-sandbox`.
+    pub sandbox: Tier,
 }
 
 impl Default for GradeOptions {
@@ -157,7 +167,8 @@ impl Default for GradeOptions {
             keep_builds: false,
             limits: Limits::default(),
             progress: true,
-            sandbox: true,
+            results_as_it_goes: None,
+            sandbox: Tier::Auto,
         }
     }
 }
@@ -371,6 +382,8 @@ pub struct GradeReport {
     pub students: Vec<StudentResult>,
     /// Wall-clock time of the whole run.
     pub elapsed: Duration,
+    /// The sandbox's tier every test ran in, in words ([`Sandbox::describe`]; `none`).
+    pub sandbox: String,
 }
 
 /// `workbook grade`: grades, prints the table or Gradescope JSON, writes the requested files.
@@ -406,11 +419,16 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         timeout: Duration::from_secs(args.timeout),
         memory_limit: args.memory_limit.0,
         keep_builds: args.keep_builds,
-        sandbox: !args.no_sandbox,
+        sandbox: if args.no_sandbox {
+            Tier::None
+        } else {
+            args.sandbox
+        },
+        results_as_it_goes: args.gradescope.clone().filter(|_| paths.len() == 1),
         ..GradeOptions::default()
     };
-    if args.no_sandbox {
-        eprintln!("grade: --no-sandbox: {NO_SANDBOX_RISK}");
+    if options.sandbox == Tier::None {
+        eprintln!("grade: no sandbox: {NO_SANDBOX_RISK}");
     }
     let report = grade(&repo, &paths, &options)?;
     match args.format {
@@ -504,18 +522,22 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         .prefix("run-")
         .tempdir_in(&grade_dir)
         .context("creating a folder for this run")?;
-    let sandbox = if options.sandbox {
-        let sandbox = Sandbox::detect().map_err(|e| {
+    let sandbox = Sandbox::choose(options.sandbox)
+        .map_err(|e| {
             anyhow::anyhow!(
                 "grading runs every test in a sandbox, and it cannot run here: {e:#}.\n\
                  Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) on Linux with \
-                 user namespaces, or grade with --no-sandbox: {NO_SANDBOX_RISK}"
+                 user namespaces, or use a kernel with Landlock (Linux 5.13 or later), or grade \
+                 with --sandbox none: {NO_SANDBOX_RISK}"
             )
-        })?;
-        Some(Arc::new(sandbox))
-    } else {
-        None
-    };
+        })?
+        .map(Arc::new);
+    let tier = sandbox
+        .as_deref()
+        .map_or_else(|| "none".to_string(), Sandbox::describe);
+    if options.progress {
+        eprintln!("grade: every test runs in the sandbox: {tier}");
+    }
     let ctx = Grader {
         template,
         grade_dir,
@@ -584,6 +606,20 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
             });
         }
     };
+    // With one submission, its results.json as it stands (under the results' lock).
+    let write_as_it_goes = |done: &BTreeMap<(usize, usize), ChapterResult>| -> Result<()> {
+        let (Some(path), [(sub, slug)]) = (&options.results_as_it_goes, taken.as_slice()) else {
+            return Ok(());
+        };
+        let so_far = GradeReport {
+            chapters: specs.clone(),
+            students: vec![assemble(sub, slug, &specs, done, 0)],
+            elapsed: start.elapsed(),
+            sandbox: tier.clone(),
+        };
+        report::write_gradescope(&so_far, path)
+    };
+    write_as_it_goes(&BTreeMap::new())?;
     for (s, (sub, _)) in taken.iter().enumerate() {
         if sub.chapters.is_empty() {
             announce(s);
@@ -605,10 +641,13 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
                     let build = builds[s].get_or_init(|| build_student(&ctx, &specs, sub, slug));
                     let compiled = build.chapters.get(spec.name());
                     let result = grade_chapter(&ctx, spec, submitted, compiled, &|| bar.inc(1));
-                    results
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert((s, c), result);
+                    {
+                        let mut done = results.lock().unwrap_or_else(|p| p.into_inner());
+                        done.insert((s, c), result);
+                        if let Err(e) = write_as_it_goes(&done) {
+                            eprintln!("grade: {e:#}");
+                        }
+                    }
                     if left[s].fetch_sub(1, Ordering::AcqRel) == 1 {
                         build
                             .scratch
@@ -632,6 +671,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         chapters: specs,
         students,
         elapsed: start.elapsed(),
+        sandbox: tier,
     })
 }
 
@@ -663,6 +703,16 @@ fn assemble(
         .map(|(c, spec)| {
             if let Some(result) = done.get(&(s, c)) {
                 return result.clone();
+            }
+            if sub.chapters.contains_key(spec.name()) {
+                // Only while grading goes on (results.json as it goes).
+                let why = "not graded yet: grading stopped before this chapter (a time limit?)";
+                return ChapterResult::without_tests(
+                    spec,
+                    ChapterState::NotGraded(why.to_string()),
+                    Status::NotGraded,
+                    why,
+                );
             }
             match &sub.refused {
                 Some(why) => ChapterResult::without_tests(

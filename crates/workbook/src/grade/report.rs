@@ -287,6 +287,7 @@ pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
         student.score(),
         student.max_score()
     );
+    let _ = write!(summary, "\nSandbox: {}", report.sandbox);
     if let Some(why) = &student.refused {
         let _ = write!(summary, "\n{why}");
     }
@@ -352,7 +353,14 @@ pub fn write_gradescope(report: &GradeReport, path: &Path) -> Result<()> {
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
         let text = serde_json::to_string_pretty(value)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+        // Written beside, then renamed over: a grader stopped while writing leaves the last
+        // whole file.
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = std::path::PathBuf::from(partial);
+        std::fs::write(&partial, text + "\n")
+            .with_context(|| format!("writing {}", partial.display()))?;
+        std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
     };
     match report.students.as_slice() {
         [one] => write(path, &gradescope(report, one)),

@@ -1,7 +1,10 @@
 //! Running learner code: scratch workspaces that lay a `src/` over an official crate
 //! ([`scratch`]), the runner that builds test executables and runs every test in a process of its
-//! own ([`runner`]), and the sandbox those processes run in when grading ([`sandbox`]).
+//! own ([`runner`]), and the sandbox those processes run in when grading ([`sandbox`]), in one of
+//! its two tiers (namespaces made by bubblewrap, or [`landlocked`]).
 
+#[cfg(target_os = "linux")]
+pub mod landlocked;
 pub mod runner;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
@@ -9,3 +12,18 @@ pub mod sandbox;
 #[path = "sandbox_other.rs"]
 pub mod sandbox;
 pub mod scratch;
+
+/// `--sandbox`: where each graded test process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Tier {
+    /// Namespaces where bubblewrap can make them, else Landlock.
+    #[default]
+    Auto,
+    /// Namespaces of its own, made by bubblewrap (`bwrap`).
+    Namespaces,
+    /// Landlock, seccomp and rlimits, under a uid of its own when grading as root: for a hosted
+    /// grader's container, where namespaces are refused.
+    Landlock,
+    /// No sandbox: the learners' code runs with your permissions (`--no-sandbox`).
+    None,
+}

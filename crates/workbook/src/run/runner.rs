@@ -357,19 +357,38 @@ pub fn list_tests_in(binaries: &[TestBinary], sandbox: Option<&Sandbox>) -> Resu
     let mut cases = Vec::new();
     for bin in binaries {
         let args = ["--list", "--format", "terse"];
-        // Kept alive until the listing ends: it holds what the sandbox is given.
-        let mut prepared = sandbox
-            .map(|sandbox| sandbox.command(&bin.path, &args, None, &[]))
-            .transpose()?;
-        let mut plain = Command::new(&bin.path);
-        let cmd = match &mut prepared {
-            Some(prepared) => &mut prepared.command,
-            None => plain.args(args),
+        let context = || format!("listing the tests of {}", bin.path.display());
+        let output = match sandbox {
+            None => Command::new(&bin.path)
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .with_context(context)?,
+            Some(Sandbox::Namespaces(bwrap)) => {
+                // Kept alive until the listing ends: it holds what the sandbox is given.
+                let mut prepared = bwrap.command(&bin.path, &args, None, &[])?;
+                prepared
+                    .command
+                    .stdin(Stdio::null())
+                    .output()
+                    .with_context(context)?
+            }
+            Some(Sandbox::Landlock(landlocked)) => {
+                let mut confined = landlocked.command(&bin.path, &args, false, None, &[])?;
+                let child = confined
+                    .command
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0)
+                    .spawn()
+                    .with_context(context)?;
+                let pid = child.id() as libc::pid_t;
+                let output = child.wait_with_output().with_context(context)?;
+                confined.end(pid);
+                output
+            }
         };
-        let output = cmd
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("listing the tests of {}", bin.path.display()))?;
         if !output.status.success() {
             bail!(
                 "{} --list failed ({}): {}",
@@ -405,7 +424,8 @@ pub struct RunOptions {
     pub env: Vec<(String, String)>,
     /// Bytes of memory the test process may have (`RLIMIT_DATA`: its heap and private writable
     /// mappings); past it an allocation fails. `None`: no limit. In a sandbox it is the address
-    /// space instead (see [`Sandbox::command`]).
+    /// space instead (see [`sandbox::Bubblewrap::command`] and
+    /// [`sandbox::Landlocked::command`]).
     pub memory_limit: Option<u64>,
     /// Run each test in this sandbox (grading); `None`: as a plain child process (`check`,
     /// `verify`, `grade --no-sandbox`).
@@ -608,6 +628,10 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
 /// At the time limit the first process of the sandbox's PID namespace is killed, which ends
 /// every process in it; the grader goes on only once bwrap, which waits for that, has exited.
 fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Result<TestOutcome> {
+    let bwrap = match sandbox {
+        Sandbox::Namespaces(bwrap) => bwrap,
+        Sandbox::Landlock(landlocked) => return run_landlocked(case, options, landlocked),
+    };
     let args = [
         "--exact",
         &case.name,
@@ -631,7 +655,7 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
             (key.clone(), value)
         })
         .collect();
-    let mut prepared = sandbox.command(&case.binary, &args, options.memory_limit, &env)?;
+    let mut prepared = bwrap.command(&case.binary, &args, options.memory_limit, &env)?;
     prepared
         .command
         .stdin(Stdio::null())
@@ -643,7 +667,7 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
     let child = prepared
         .command
         .spawn()
-        .with_context(|| format!("starting {} for {}", sandbox.bwrap().display(), case.name))?;
+        .with_context(|| format!("starting {} for {}", bwrap.bwrap().display(), case.name))?;
     prepared.spawned();
     let bwrap_pid = child.id() as libc::pid_t;
     let info = prepared.info;
@@ -689,6 +713,68 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
         Some(code) if (129..=192).contains(&code) => ExitStatus::from_raw(code - 128),
         _ => s,
     });
+    let reported = log.is_some_and(|log| harness_log_says_ok(&log, &case.name));
+    let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
+    Ok(TestOutcome {
+        case: case.clone(),
+        verdict,
+        message,
+        stdout,
+        stderr,
+        duration,
+    })
+}
+
+/// [`run_test`] in the Landlock tier ([`crate::run::landlocked`]): the test executable runs
+/// confined, under a uid of its own when the grader is root. It passes only when it exits with
+/// status 0 and the harness's log (behind the same gate as bubblewrap's) records it as passed.
+/// When it ends or passes its time limit, its process group and every process of its uid are
+/// killed before its output and log are read.
+fn run_landlocked(
+    case: &TestCase,
+    options: &RunOptions,
+    landlocked: &sandbox::Landlocked,
+) -> Result<TestOutcome> {
+    let args = [
+        "--exact",
+        &case.name,
+        "--test-threads=1",
+        "--include-ignored",
+        "--color",
+        "never",
+    ];
+    let mut confined = landlocked.command(
+        &case.binary,
+        &args,
+        true,
+        options.memory_limit,
+        &options.env,
+    )?;
+    confined
+        .command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let start = Instant::now();
+    let child = confined
+        .command
+        .spawn()
+        .with_context(|| format!("starting {} confined by Landlock", case.name))?;
+    let pid = child.id() as libc::pid_t;
+    let watched = Watched::new(child, options.output_limit);
+    let status = watched.wait(options.timeout, "a confined test")?;
+    confined.end(pid);
+    if status.is_none() {
+        let _ = watched.ended.recv();
+    }
+    let duration = start.elapsed();
+    let (stdout, stderr) = watched.output();
+    let stderr = match stderr.strip_prefix(LOGFILE_WARNING) {
+        Some(rest) => rest.strip_prefix('\n').unwrap_or(rest).to_string(),
+        None => stderr,
+    };
+    let log = confined.log.finish();
     let reported = log.is_some_and(|log| harness_log_says_ok(&log, &case.name));
     let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
     Ok(TestOutcome {

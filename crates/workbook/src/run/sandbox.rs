@@ -1,21 +1,25 @@
-//! The sandbox every graded test process runs in: bubblewrap (`bwrap`, Debian's `bubblewrap`).
+//! The sandbox every graded test process runs in, in one of two tiers ([`Sandbox`], chosen by
+//! `--sandbox`, see [`Tier`]): namespaces, made by bubblewrap (this module), or, where bubblewrap
+//! cannot make them (a hosted grader's container), Landlock, seccomp and rlimits under a uid per
+//! test ([`super::landlocked`]).
 //!
-//! Each test gets namespaces of its own (PID, network, IPC, UTS, user where needed): it sees no
-//! other process, the grader included, and has no network. Its file system is built from nothing:
-//! the shared-library folders read-only (`/usr/lib`, `/lib`...), its own test executable
-//! read-only, a fresh `/dev` (read-only, with a `/dev/shm` of bounded size), a scratch `/tmp` of
-//! bounded size (its working directory), and the harness's log file; no `/proc`, no `/usr/bin`,
-//! no other submission, no hidden test, none of the grader's files. A seccomp filter refuses the
-//! system calls that reach into another process's memory or descriptors (`ptrace`,
-//! `process_vm_readv`/`writev`, `pidfd_getfd`). When the test process ends, or is killed at its
-//! time limit, the kernel ends everything in its PID namespace before the grader goes on.
+//! In the namespaces tier (`bwrap`, Debian's `bubblewrap`), each test gets namespaces of its own
+//! (PID, network, IPC, UTS, user where needed): it sees no other process, the grader included, and
+//! has no network. Its file system is built from nothing: the shared-library folders read-only
+//! (`/usr/lib`, `/lib`...), its own test executable read-only, a fresh `/dev` (read-only, with a
+//! `/dev/shm` of bounded size), a scratch `/tmp` of bounded size (its working directory), and the
+//! harness's log file; no `/proc`, no `/usr/bin`, no other submission, no hidden test, none of the
+//! grader's files. A seccomp filter refuses the system calls that reach into another process's
+//! memory or descriptors (`ptrace`, `process_vm_readv`/`writev`, `pidfd_getfd`). When the test
+//! process ends, or is killed at its time limit, the kernel ends everything in its PID namespace
+//! before the grader goes on.
 //!
 //! A test passes only when the sandbox exits with status 0 and the harness's log says the test
 //! passed. That log is a file the harness opens before any of the learner's code runs, behind a
 //! gate: the grader holds a lease on it, so the harness's open waits until the grader has removed
-//! the file's name and let the open through. From then on the harness writes to a file that no
-//! path leads to; learner code can neither open it nor create another in its folder, and safe
-//! Rust (the learner's crate may not use `unsafe`) cannot reach the harness's descriptor.
+//! the file's name and let the open through. From then on the harness writes to a file that no path
+//! leads to; learner code can neither open it nor create another in its folder, and safe Rust (the
+//! learner's crate may not use `unsafe`) cannot reach the harness's descriptor.
 
 use anyhow::{Context, Result, bail};
 use std::io::Read;
@@ -44,9 +48,55 @@ const SECCOMP_FD: RawFd = 10;
 /// The descriptor bwrap writes what it started (its `child-pid`) on.
 const INFO_FD: RawFd = 11;
 
+pub use super::Tier;
+pub use super::landlocked::{Confined, Landlocked};
+
+/// Where every graded test process runs: one of the two tiers.
+#[derive(Debug)]
+pub enum Sandbox {
+    /// Namespaces of its own, made by bubblewrap.
+    Namespaces(Bubblewrap),
+    /// Landlock, seccomp and rlimits, under a uid of its own when the grader is root.
+    Landlock(Landlocked),
+}
+
+impl Sandbox {
+    /// The sandbox `--sandbox auto` chooses: namespaces where bubblewrap can make them, else
+    /// Landlock. The error says why neither can run.
+    pub fn detect() -> Result<Sandbox> {
+        Ok(Sandbox::choose(Tier::Auto)?.expect("auto always chooses a tier"))
+    }
+
+    /// The sandbox of `tier` (`None` for [`Tier::None`]), or why it cannot run here.
+    pub fn choose(tier: Tier) -> Result<Option<Sandbox>> {
+        Ok(Some(match tier {
+            Tier::None => return Ok(None),
+            Tier::Namespaces => Sandbox::Namespaces(Bubblewrap::detect()?),
+            Tier::Landlock => Sandbox::Landlock(Landlocked::detect()?),
+            Tier::Auto => match Bubblewrap::detect() {
+                Ok(bwrap) => Sandbox::Namespaces(bwrap),
+                Err(namespaces) => Sandbox::Landlock(Landlocked::detect().map_err(|landlock| {
+                    anyhow::anyhow!(
+                        "neither tier of the sandbox can run here: namespaces: {namespaces:#}; \
+                         landlock: {landlock:#}"
+                    )
+                })?),
+            },
+        }))
+    }
+
+    /// The tier, in words (for `grade`'s report and results.json).
+    pub fn describe(&self) -> String {
+        match self {
+            Sandbox::Namespaces(_) => "namespaces (bubblewrap)".to_string(),
+            Sandbox::Landlock(landlocked) => landlocked.describe(),
+        }
+    }
+}
+
 /// A working bubblewrap, and this run's private folder for the harness logs.
 #[derive(Debug)]
-pub struct Sandbox {
+pub struct Bubblewrap {
     bwrap: PathBuf,
     /// The seccomp program, compiled, in the private folder (None on an architecture this
     /// does not know: then no filter).
@@ -57,7 +107,7 @@ pub struct Sandbox {
     cuda: bool,
 }
 
-/// What one sandboxed process needs from the grader's side, made by [`Sandbox::command`].
+/// What one sandboxed process needs from the grader's side, made by [`Bubblewrap::command`].
 #[derive(Debug)]
 pub struct Prepared {
     /// `bwrap` with every argument, ready to spawn.
@@ -71,12 +121,12 @@ pub struct Prepared {
     keep: Vec<OwnedFd>,
 }
 
-impl Sandbox {
+impl Bubblewrap {
     /// Finds `bwrap` (`WORKBOOK_BWRAP`, else on `PATH`) and checks that it can build a sandbox
     /// here. The grader's private folder for the harness logs is made in `/dev/shm` (a tmpfs,
     /// where file leases work), else in the temporary folder. The error says why the sandbox
     /// cannot run.
-    pub fn detect() -> Result<Sandbox> {
+    pub fn detect() -> Result<Bubblewrap> {
         let bwrap = match std::env::var_os("WORKBOOK_BWRAP") {
             Some(path) => PathBuf::from(path),
             None => find_on_path("bwrap").context(
@@ -102,7 +152,7 @@ impl Sandbox {
             None => None,
         };
         let cuda = std::env::var("GPUMEM_DEVICE").is_ok_and(|d| d.starts_with("cuda"));
-        let sandbox = Sandbox {
+        let sandbox = Bubblewrap {
             bwrap,
             seccomp,
             dir,
@@ -120,7 +170,8 @@ impl Sandbox {
             bail!(
                 "{} cannot build a sandbox here ({}): {} (are unprivileged user namespaces \
                  turned off? sysctl kernel.unprivileged_userns_clone / \
-                 user.max_user_namespaces)",
+                 user.max_user_namespaces; or is this a container whose seccomp rules refuse \
+                 namespaces?)",
                 sandbox.bwrap.display(),
                 output.status,
                 String::from_utf8_lossy(&output.stderr).trim()
@@ -148,7 +199,7 @@ impl Sandbox {
         extra_env: &[(String, String)],
     ) -> Result<Prepared> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let log = LogGate::new(&self.dir.path().join(format!("test-{n}")))?;
+        let log = LogGate::new(&self.dir.path().join(format!("test-{n}")), false)?;
         let name = binary
             .file_name()
             .context("a test executable has no file name")?;
@@ -307,9 +358,12 @@ pub fn read_child_pid(info: OwnedFd) -> Option<libc::pid_t> {
 }
 
 /// The harness's log file and its gate (see the module's documentation): a file in a folder of
-/// its own that the test may not write (mode 0500), on which the grader holds a read lease. A
-/// thread watches the lease; when the harness's open for writing breaks it, the thread removes
-/// the file's name, then lets the open through.
+/// its own that the test may not write (mode 0500, or 0511 when `shared`: other uids may then pass
+/// through to the file, which everyone may write), on which the grader holds a read lease. A
+/// thread watches the lease; when the harness's open for writing breaks it, the thread moves the
+/// file out of its folder (a Landlock rule that let the test write there no longer reaches it,
+/// through `/proc/self/fd` either), removes its name and takes every permission away, then lets
+/// the open through.
 #[derive(Debug)]
 pub struct LogGate {
     dir: PathBuf,
@@ -342,12 +396,23 @@ fn create_for_reading(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 impl LogGate {
-    fn new(dir: &Path) -> Result<LogGate> {
+    /// Makes the folder `dir` with an empty log in it, behind its gate; `shared`: for a test
+    /// process of another uid.
+    pub(crate) fn new(dir: &Path, shared: bool) -> Result<LogGate> {
         use std::os::unix::fs::PermissionsExt;
+        let (open, closed) = if shared {
+            (0o711, 0o511)
+        } else {
+            (0o700, 0o500)
+        };
         std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("harness.log");
         let read =
             create_for_reading(&path).with_context(|| format!("creating {}", path.display()))?;
+        if shared {
+            read.set_permissions(std::fs::Permissions::from_mode(0o622))
+                .with_context(|| format!("opening {} to the test's uid", path.display()))?;
+        }
         // A broken lease signals its holder, SIGIO by default, which would end the grader: ask
         // for SIGURG instead, which does nothing unless handled. SAFETY: fcntl on a descriptor we
         // own.
@@ -359,8 +424,9 @@ impl LogGate {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("taking a lease on {} (file leases)", path.display()));
         }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o500))
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(closed))
             .with_context(|| format!("closing {} to writes", dir.display()))?;
+        let outside = dir.with_extension("closed");
         let read = std::sync::Arc::new(read);
         let state = std::sync::Arc::new(GateState::default());
         let thread = {
@@ -372,10 +438,14 @@ impl LogGate {
                     // A lease being broken reads as the type it is going to: none.
                     if lease == libc::F_UNLCK {
                         let _ =
-                            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
-                        let removed = std::fs::remove_file(dir.join("harness.log")).is_ok();
+                            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(open));
+                        let removed = std::fs::rename(dir.join("harness.log"), &outside).is_ok()
+                            && std::fs::remove_file(&outside).is_ok()
+                            && read
+                                .set_permissions(std::fs::Permissions::from_mode(0o000))
+                                .is_ok();
                         let _ =
-                            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500));
+                            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(closed));
                         state.opened.store(removed, Ordering::Release);
                         // SAFETY: as above.
                         unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
@@ -391,6 +461,16 @@ impl LogGate {
             state,
             thread: Some(thread),
         })
+    }
+
+    /// The log file's path, as the harness is to open it.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join("harness.log")
+    }
+
+    /// The log's own folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Stops the gate and returns what the harness wrote (at most 64 KiB), or `None` when the
@@ -501,7 +581,7 @@ fn seccomp_program() -> Option<Vec<u8>> {
 /// integration tests' own module, shared).
 #[cfg(test)]
 #[path = "../../tests/common/sandbox.rs"]
-mod needs_sandbox;
+pub(crate) mod needs_sandbox;
 
 #[cfg(test)]
 mod tests {
@@ -518,8 +598,8 @@ mod tests {
     #[test]
     fn a_test_process_cannot_see_the_grader_write_outside_its_scratch_or_reach_the_network() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let sandbox = match Sandbox::detect() {
-            Ok(sandbox) => sandbox,
+        let sandbox = match Bubblewrap::detect() {
+            Ok(sandbox) => Sandbox::Namespaces(sandbox),
             Err(e) => {
                 needs_sandbox::unavailable(&format!("{e:#}"));
                 return;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use tempfile::TempDir;
-use workbook::run::sandbox::Sandbox;
+use workbook::run::sandbox::{Landlocked, Sandbox};
 
 /// A workbook repository in a temporary directory: a root `Cargo.toml` with `[workspace]`,
 /// `exercises/` and `solutions/`. Its crates depend on nothing, so they build in a second.
@@ -154,4 +154,46 @@ pub fn skip_without_sandbox() -> bool {
             true
         }
     }
+}
+
+/// True when the sandbox's Landlock tier cannot run here ([`Landlocked::detect`], once per test
+/// executable), after [`sandbox::unavailable`] said so (under `CI=true` it fails instead).
+pub fn skip_without_landlock() -> bool {
+    static PROBE: OnceLock<Option<String>> = OnceLock::new();
+    match PROBE.get_or_init(|| Landlocked::detect().err().map(|e| format!("{e:#}"))) {
+        None => false,
+        Some(why) => {
+            sandbox::unavailable(why);
+            true
+        }
+    }
+}
+
+/// True when podman cannot run the hosted grader's container here (`scripts/hosted-grader.sh`
+/// needs podman and runc, as root), after saying so: under `CI=true` (where `.ci/run` installs
+/// them) it fails instead; elsewhere a notice, and the test returns.
+pub fn skip_without_podman() -> bool {
+    let found = |program: &str| {
+        std::env::var_os("PATH").is_some_and(|paths| {
+            std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())
+        })
+    };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if found("podman") && found("runc") && root {
+        return false;
+    }
+    let why = "the hosted grader's container (scripts/hosted-grader.sh) needs podman and runc, \
+               run as root (Debian/Ubuntu: apt-get install podman runc)";
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
+        panic!("{why}; CI=true requires it");
+    }
+    eprintln!("skipping: {why}");
+    true
+}
+
+/// True inside the hosted grader's container (`scripts/hosted-grader.sh` sets
+/// `WORKBOOK_IN_HOSTED_GRADER`).
+pub fn in_hosted_grader() -> bool {
+    std::env::var_os("WORKBOOK_IN_HOSTED_GRADER").is_some()
 }
