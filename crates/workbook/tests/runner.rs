@@ -123,7 +123,7 @@ fn each_test_gets_the_verdict_its_process_earns() {
     let fails = outcome(&outcomes, "fails_with_a_message");
     assert_eq!(fails.verdict, Verdict::Failed);
     assert_eq!(
-        fails.message, "assertion `left == right` failed: the answer moved; left: 42; right: 41",
+        fails.message, "the answer moved; yours: 42; expected: 41",
         "{fails:?}"
     );
 
