@@ -27,18 +27,6 @@ pub struct KvConfig {
 }
 
 impl KvConfig {
-    /// Mistral-7B-v0.1 in bf16: 32 layers, 32 heads, 8 KV heads of 128 (the defaults of
-    /// transformers' `MistralConfig`, which its docstring says are Mistral-7B-v0.1's).
-    pub fn mistral_7b() -> KvConfig {
-        KvConfig {
-            layers: 32,
-            heads: 32,
-            kv_heads: 8,
-            head_dim: 128,
-            dtype: DType::BF16,
-        }
-    }
-
     /// OPT-13B in f16, the vLLM paper's model: 40 layers, 40 heads of 128, no grouping.
     pub fn opt_13b() -> KvConfig {
         KvConfig {
@@ -57,7 +45,9 @@ impl KvConfig {
             reason: message,
         };
         if self.layers == 0 || self.heads == 0 || self.kv_heads == 0 || self.head_dim == 0 {
-            return Err(bad("layers, heads, kv_heads and head_dim must all be at least 1".into()));
+            return Err(bad(
+                "layers, heads, kv_heads and head_dim must all be at least 1".into(),
+            ));
         }
         if self.heads % self.kv_heads != 0 {
             return Err(bad(format!(
@@ -183,7 +173,12 @@ pub struct BlockPool {
 
 impl BlockPool {
     /// Allocates the pool: `layers` buffers of `num_blocks · block_size · bytes_per_token_per_layer`.
-    pub fn new(dev: &Device, config: KvConfig, block_size: usize, num_blocks: usize) -> Result<Self> {
+    pub fn new(
+        dev: &Device,
+        config: KvConfig,
+        block_size: usize,
+        num_blocks: usize,
+    ) -> Result<Self> {
         config.validate()?;
         if block_size == 0 || num_blocks == 0 || num_blocks > BlockId::MAX as usize {
             return Err(Error::BadSetting {
@@ -296,7 +291,10 @@ impl BlockTable {
 
     /// Appends one token, taking a block when the last is full and copying the last when it is
     /// shared; on [`OutOfBlocks`] the table is as it was.
-    pub fn append_token(&mut self, pool: &mut BlockPool) -> std::result::Result<Appended, OutOfBlocks> {
+    pub fn append_token(
+        &mut self,
+        pool: &mut BlockPool,
+    ) -> std::result::Result<Appended, OutOfBlocks> {
         let filled = self.tokens % pool.block_size();
         let appended = match self.blocks.last() {
             Some(_) if filled == 0 => {
@@ -322,7 +320,11 @@ impl BlockTable {
 
     /// Appends `n` tokens (a prompt); on [`OutOfBlocks`] gives back what it took, leaving the
     /// table as it was.
-    pub fn append_tokens(&mut self, pool: &mut BlockPool, n: usize) -> std::result::Result<(), OutOfBlocks> {
+    pub fn append_tokens(
+        &mut self,
+        pool: &mut BlockPool,
+        n: usize,
+    ) -> std::result::Result<(), OutOfBlocks> {
         let before = self.clone();
         for _ in 0..n {
             if let Err(e) = self.append_token(pool) {
@@ -376,7 +378,6 @@ mod tests {
 
     #[test]
     fn bytes_per_token_follow_the_formula() {
-        assert_eq!(KvConfig::mistral_7b().bytes_per_token(), 131_072);
         assert_eq!(KvConfig::opt_13b().bytes_per_token(), 819_200);
         assert_eq!(tiny().bytes_per_token_per_layer(), 512);
         assert_eq!(tiny().bytes_per_token(), 1024);
@@ -384,9 +385,15 @@ mod tests {
 
     #[test]
     fn a_config_whose_kv_heads_do_not_divide_heads_is_refused() {
-        let bad = KvConfig { kv_heads: 3, ..tiny() };
+        let bad = KvConfig {
+            kv_heads: 3,
+            ..tiny()
+        };
         let message = bad.validate().unwrap_err().to_string();
-        assert!(message.contains("kv_heads (3) must divide heads (4)"), "{message}");
+        assert!(
+            message.contains("kv_heads (3) must divide heads (4)"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -440,13 +447,19 @@ mod tests {
         let mut first = BlockTable::new();
         first.append_tokens(&mut pool, 6).unwrap(); // blocks 0 (full), 1 (2 of 4)
         let mut second = first.fork(&mut pool);
-        assert_eq!((pool.ref_count(0), pool.ref_count(1), pool.num_free()), (2, 2, 6));
+        assert_eq!(
+            (pool.ref_count(0), pool.ref_count(1), pool.num_free()),
+            (2, 2, 6)
+        );
         assert_eq!(first.append_token(&mut pool), Ok(Appended::CopiedOnWrite));
         assert_eq!(first.blocks, vec![0, 2]);
         // The other sample is now the only one on block 1: it writes in place.
         assert_eq!(second.append_token(&mut pool), Ok(Appended::InLastBlock));
         assert_eq!(second.blocks, vec![0, 1]);
-        assert_eq!((pool.ref_count(0), pool.ref_count(1), pool.copies()), (2, 1, 1));
+        assert_eq!(
+            (pool.ref_count(0), pool.ref_count(1), pool.copies()),
+            (2, 1, 1)
+        );
         first.release(&mut pool);
         second.release(&mut pool);
         assert_eq!(pool.num_free(), 8);

@@ -46,10 +46,10 @@ pub use config::AllocatorConfig;
 pub use device::{Device, DeviceKind};
 pub use error::{Error, Result};
 pub use format::format_bytes;
-pub use kv_cache::{BlockPool, BlockTable, ContiguousCache, KvConfig};
 pub use history::{
     HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, TraceAction, TraceEntry,
 };
+pub use kv_cache::{BlockPool, BlockTable, ContiguousCache, KvConfig};
 pub use pinned::{HostMemoryStats, PinnedBuffer};
 pub use stats::{MemoryStats, Pool};
 pub use stream::{Event, Stream};

@@ -223,14 +223,30 @@ enum Cache {
     Paged(BlockPool),
 }
 
-/// One step as the simulator saw it, for pictures: the running requests' block tables (empty for
-/// the contiguous scheme) and the pool's free blocks.
+/// A running request as a step left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningView {
+    /// The request.
+    pub request: Request,
+    /// Tokens generated so far (the request holds `prompt + generated`).
+    pub generated: usize,
+    /// Its blocks, in token order (empty for the contiguous scheme).
+    pub blocks: Vec<u32>,
+}
+
+/// One step as the simulator saw it, after admission and before completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepView {
     /// The step.
     pub step: u64,
-    /// (request, tokens it holds, its blocks), in batch order.
-    pub running: Vec<(RequestId, usize, Vec<u32>)>,
+    /// The running requests, in batch order (admitted first, first).
+    pub running: Vec<RunningView>,
+    /// Bytes the allocator holds in live blocks for the cache, above what it held before the run.
+    pub allocated: u64,
+    /// Bytes the allocator has reserved, above what it had reserved before the run.
+    pub reserved: u64,
+    /// Free blocks in the pool (0 for the contiguous scheme).
+    pub free_blocks: usize,
     /// Requests waiting (arrived, or preempted), in queue order.
     pub waiting: Vec<RequestId>,
     /// Requests preempted in this step.
@@ -324,8 +340,7 @@ pub fn serve(
                     // vLLM keeps 1 % of the blocks free on admission, so that the requests
                     // running can grow a while before one is preempted.
                     let watermark = pool.num_blocks() / 100;
-                    pool.num_free() >= need + watermark
-                        && table.append_tokens(pool, tokens).is_ok()
+                    pool.num_free() >= need + watermark && table.append_tokens(pool, tokens).is_ok()
                 }
             };
             if !admitted {
@@ -358,12 +373,13 @@ pub fn serve(
                 }
             }
         }
+        let allocated = dev.memory_allocated() - allocated0;
+        let reserved = dev.memory_reserved() - reserved0;
         if let Cache::Contiguous(slots) = &cache {
-            let allocated = dev.memory_allocated() - allocated0;
             let regions = slots.len() as u64 * slots.slot_bytes() as u64;
             // The allocator rounds a region up (to 512 B): never used, like the region's tail.
             waste.internal += allocated - regions;
-            waste.external += (dev.memory_reserved() - reserved0) - allocated;
+            waste.external += reserved - allocated;
         }
         report.waste.add(waste);
         report.max_running = report.max_running.max(running.len());
@@ -372,8 +388,18 @@ pub fn serve(
             step,
             running: running
                 .iter()
-                .map(|r| (r.request.id, r.request.prompt + r.generated, r.table.blocks.clone()))
+                .map(|r| RunningView {
+                    request: r.request,
+                    generated: r.generated,
+                    blocks: r.table.blocks.clone(),
+                })
                 .collect(),
+            allocated,
+            reserved,
+            free_blocks: match &cache {
+                Cache::Contiguous(_) => 0,
+                Cache::Paged(pool) => pool.num_free(),
+            },
             waiting: waiting.iter().map(|(r, _)| r.id).collect(),
             preempted,
         });
@@ -463,7 +489,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(14, 9, 159), (21, 11, 130), (24, 511, 1)]
         );
-        assert!(stream.iter().all(|r| r.total() <= 512 && r.prompt >= 1 && r.output >= 1));
+        assert!(
+            stream
+                .iter()
+                .all(|r| r.total() <= 512 && r.prompt >= 1 && r.output >= 1)
+        );
     }
 
     #[test]
@@ -477,15 +507,29 @@ mod tests {
         };
         let stream = request_stream(shape());
         let contiguous = serve(&dev, &server, Scheme::Contiguous, &stream, |_| {}).unwrap();
-        let paged = serve(&dev, &server, Scheme::Paged { block_size: 16 }, &stream, |_| {}).unwrap();
+        let paged = serve(
+            &dev,
+            &server,
+            Scheme::Paged { block_size: 16 },
+            &stream,
+            |_| {},
+        )
+        .unwrap();
         assert_eq!((contiguous.completed, paged.completed), (40, 40));
         // The same requests, each running for its output's steps: the same token states.
         assert_eq!(contiguous.running_steps, paged.running_steps);
         assert_eq!(
-            (contiguous.steps, contiguous.max_running, contiguous.preemptions),
+            (
+                contiguous.steps,
+                contiguous.max_running,
+                contiguous.preemptions
+            ),
             (1453, 8, 0)
         );
-        assert_eq!((paged.steps, paged.max_running, paged.preemptions), (999, 20, 18));
+        assert_eq!(
+            (paged.steps, paged.max_running, paged.preemptions),
+            (999, 20, 18)
+        );
         assert_eq!(
             contiguous.waste,
             Waste {
@@ -524,9 +568,18 @@ mod tests {
             prompt: 3000,
             output: 1,
         };
-        let message = serve(&dev, &server, Scheme::Paged { block_size: 16 }, &[request], |_| {})
-            .unwrap_err()
-            .to_string();
-        assert!(message.contains("does not fit an empty paged (block 16) KV cache"), "{message}");
+        let message = serve(
+            &dev,
+            &server,
+            Scheme::Paged { block_size: 16 },
+            &[request],
+            |_| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            message.contains("does not fit an empty paged (block 16) KV cache"),
+            "{message}"
+        );
     }
 }
