@@ -5,6 +5,7 @@
 //! shared copy-on-write between the samples of one prompt (vLLM's PagedAttention, Kwon et al.,
 //! SOSP 2023). [`crate::serving`] drives either with a stream of requests.
 
+use crate::allocator::round_size;
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -82,6 +83,7 @@ pub struct ContiguousCache {
     dev: Device,
     config: KvConfig,
     max_len: usize,
+    budget: u64,
     slots: BTreeMap<RequestId, Buffer<u8>>,
 }
 
@@ -106,6 +108,7 @@ impl ContiguousCache {
             dev: dev.clone(),
             config,
             max_len,
+            budget,
             slots: BTreeMap::new(),
         })
     }
@@ -120,9 +123,15 @@ impl ContiguousCache {
         self.max_len
     }
 
-    /// Reserves `request`'s region; `Ok(false)` when the budget cannot hold it even after the
-    /// allocator released its cache (the allocator's out-of-memory, caught).
+    /// Reserves `request`'s region; `Ok(false)` when the budget cannot hold it: when the live
+    /// blocks and this region would pass the budget (a server counts that without asking), or
+    /// when the allocator, asked, finds no room even after releasing its cache (its
+    /// out-of-memory, caught: fragmentation).
     pub fn reserve(&mut self, request: RequestId) -> Result<bool> {
+        let region = round_size(self.slot_bytes(), &self.dev.allocator().config()) as u64;
+        if self.dev.memory_allocated() + region > self.budget {
+            return Ok(false);
+        }
         match self.dev.alloc::<u8>(self.slot_bytes()) {
             Ok(slot) => {
                 self.slots.insert(request, slot);
