@@ -43,14 +43,20 @@ fn main() -> anyhow::Result<()> {
     let stream = request_stream(shape);
     // Which requests ran in each step, with their final lengths: the schedule both traces follow.
     let mut schedule: Vec<Vec<(u64, usize)>> = Vec::new();
-    serve(&Device::cpu(), &server, Scheme::Contiguous, &stream, |step| {
-        schedule.push(
-            step.running
-                .iter()
-                .map(|r| (r.request.id, r.request.total()))
-                .collect(),
-        );
-    })?;
+    serve(
+        &Device::cpu(),
+        &server,
+        Scheme::Contiguous,
+        &stream,
+        |step| {
+            schedule.push(
+                step.running
+                    .iter()
+                    .map(|r| (r.request.id, r.request.total()))
+                    .collect(),
+            );
+        },
+    )?;
     let common = format!(
         "Chapter 13's stream: {} ShareGPT-shaped requests (seed {}, a request every {} steps on \
          average, at most {} tokens), served with continuous batching, one KV region per request \
@@ -99,7 +105,8 @@ fn main() -> anyhow::Result<()> {
         }
         let trace = trace.finish(format!("{what} {common}"));
         let path = out.join(format!("{name}.json"));
-        std::fs::write(&path, trace.to_json()).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, trace.to_json())
+            .with_context(|| format!("writing {}", path.display()))?;
         println!("{} ({} events)", path.display(), trace.events.len());
     }
     Ok(())
