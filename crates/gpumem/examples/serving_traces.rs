@@ -95,9 +95,8 @@ fn main() -> anyhow::Result<()> {
                 trace.free(live.remove(&id).expect("a live region"));
             }
             for &(id, total) in running {
-                if !live.contains_key(&id) {
-                    live.insert(id, trace.alloc(region(total), 0));
-                }
+                live.entry(id)
+                    .or_insert_with(|| trace.alloc(region(total), 0));
             }
         }
         for (_, block) in std::mem::take(&mut live) {

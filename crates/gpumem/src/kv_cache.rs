@@ -50,7 +50,7 @@ impl KvConfig {
                 "layers, heads, kv_heads and head_dim must all be at least 1".into(),
             ));
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(bad(format!(
                 "kv_heads ({}) must divide heads ({}): each KV head serves a whole group of query heads",
                 self.kv_heads, self.heads
@@ -92,7 +92,7 @@ impl ContiguousCache {
     /// `budget` bytes (a multiple of 2 MiB, as every reservation of a slot is) while it lives.
     pub fn new(dev: &Device, config: KvConfig, max_len: usize, budget: u64) -> Result<Self> {
         config.validate()?;
-        if max_len == 0 || budget == 0 || budget % (2 << 20) != 0 {
+        if max_len == 0 || budget == 0 || !budget.is_multiple_of(2 << 20) {
             return Err(Error::BadSetting {
                 setting: format!("contiguous KV cache (max_len {max_len}, budget {budget} B)"),
                 reason: "max_len must be at least 1 and the budget a positive multiple of 2 MiB"

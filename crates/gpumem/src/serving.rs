@@ -98,7 +98,7 @@ pub fn request_stream(shape: StreamShape) -> Vec<Request> {
     let mut at = 0;
     (0..shape.requests as u64)
         .map(|id| {
-            while rng.next_u64() % (shape.mean_gap + 1) != 0 {
+            while !rng.next_u64().is_multiple_of(shape.mean_gap + 1) {
                 at += 1;
             }
             let prompt = sample_length(&mut rng, &SHAREGPT_PROMPT).clamp(1, max_len - 1);

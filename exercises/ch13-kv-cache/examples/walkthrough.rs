@@ -198,10 +198,10 @@ fn main() -> anyhow::Result<()> {
     dev.record_annotation("1. Contiguous: a region of 2048 tokens per request");
     let mut snapshot_error = None;
     let contiguous = serve(&dev, &server, Scheme::Contiguous, &stream, |s| {
-        if s.step == 400 {
-            if let Some(request) = snapshot.take() {
-                snapshot_error = request.write(&dev).err();
-            }
+        if s.step == 400
+            && let Some(request) = snapshot.take()
+        {
+            snapshot_error = request.write(&dev).err();
         }
     })?;
     if let Some(e) = snapshot_error {

@@ -145,7 +145,7 @@ impl Sequence {
     /// copy of it if it has room but is shared; into a new block if it is full or there is none.
     /// Out of blocks, the sequence is left as it was.
     pub fn append_token(&mut self, pool: &mut Pool) -> std::result::Result<Appended, OutOfBlocks> {
-        let room = self.tokens % pool.block_size != 0;
+        let room = !self.tokens.is_multiple_of(pool.block_size);
         let appended = match self.blocks.last().copied() {
             Some(last) if room && pool.refs[last as usize] > 1 => {
                 let copy = pool.allocate().ok_or(OutOfBlocks)?;
