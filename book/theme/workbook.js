@@ -999,6 +999,113 @@
             });
     }
 
+    // The block pool of a chapter whose walkthrough served requests from one (chapter 13:
+    // `pictures/<chapter>-blocks.json`, `steps` rows {step, running: [[request, tokens, total,
+    // [blocks]]], waiting, preempted}): the pool, one cell per block coloured by the request
+    // holding it, and each running request's block table, stepped through step by step.
+    function buildBlockView(data, placeholder) {
+        var steps = data.steps;
+        var last = steps.length - 1;
+        var view = element('section', 'wb-memview wb-kvview');
+        view.setAttribute('aria-label', 'The block pool and the block tables, step by step');
+        view.appendChild(element('p', 'wb-mv-title', 'Step through ' + steps.length
+            + ' steps of a pool of ' + data.num_blocks + ' blocks of ' + data.block_size
+            + ' tokens'));
+        var controls = addSteps(view, last, 'step');
+        var said = element('p', 'wb-mv-event');
+        said.setAttribute('aria-live', 'polite');
+        view.appendChild(said);
+        view.appendChild(element('p', 'wb-mv-segment-name', 'The pool (block numbers)'));
+        var pool = element('div', 'wb-kv-pool');
+        view.appendChild(pool);
+        view.appendChild(element('p', 'wb-mv-segment-name',
+                                 'The block tables: each running request’s blocks, in token order'));
+        var tables = element('div', 'wb-kv-tables');
+        view.appendChild(tables);
+        var info = element('p', 'wb-mv-block-info', 'Hover over or tap a block for what it holds.');
+        info.setAttribute('aria-live', 'polite');
+        view.appendChild(info);
+        var cell = function (block, request, filled) {
+            var c = element('div', 'wb-kv-block' + (request === null ? ' wb-kv-free'
+                                                    : ' wb-kv-r' + (request % 6)));
+            c.setAttribute('data-block', String(block));
+            c.tabIndex = 0;
+            c.setAttribute('role', 'button');
+            var words = request === null ? 'Block ' + block + ': free'
+                : 'Block ' + block + ': request ' + request + ', ' + filled + ' of '
+                  + data.block_size + ' tokens';
+            c.setAttribute('aria-label', words);
+            var fill = element('span', 'wb-kv-fill');
+            fill.style.height = (request === null ? 0 : 100 * filled / data.block_size) + '%';
+            c.append(fill, element('span', 'wb-kv-number', String(block)));
+            var show = function () {
+                info.textContent = words;
+            };
+            c.addEventListener('mouseenter', show);
+            c.addEventListener('focus', show);
+            c.addEventListener('click', show);
+            return c;
+        };
+        view.go = function (i) {
+            var current = Math.max(0, Math.min(last, i));
+            view.current = current;
+            controls.slider.value = String(current);
+            controls.count.textContent = 'step ' + (current + 1) + ' of ' + steps.length;
+            controls.previous.disabled = current === 0;
+            controls.next.disabled = current === last;
+            var s = steps[current];
+            var owner = {};
+            s.running.forEach(function (r) {
+                r[3].forEach(function (b, k) {
+                    owner[b] = [r[0], Math.min(data.block_size, r[1] - k * data.block_size)];
+                });
+            });
+            var held = Object.keys(owner).length;
+            said.textContent = 'Step ' + s.step + ': ' + s.running.length + ' running, '
+                + held + ' of ' + data.num_blocks + ' blocks held, '
+                + s.waiting.length + ' waiting'
+                + (s.preempted.length > 0 ? '; preempted: request ' + s.preempted.join(', ')
+                   + ' (its blocks freed, to recompute)' : '');
+            view.setAttribute('data-step', String(current));
+            pool.textContent = '';
+            for (var b = 0; b < data.num_blocks; b++) {
+                var o = owner[b];
+                pool.appendChild(cell(b, o ? o[0] : null, o ? o[1] : 0));
+            }
+            tables.textContent = '';
+            s.running.forEach(function (r) {
+                var row = element('div', 'wb-kv-table');
+                row.setAttribute('data-request', String(r[0]));
+                row.appendChild(element('div', 'wb-kv-name', 'request ' + r[0] + ' · ' + r[1]
+                    + ' of ' + r[2] + ' tokens'));
+                var cells = element('div', 'wb-kv-cells');
+                r[3].forEach(function (b, k) {
+                    cells.appendChild(cell(b, r[0], Math.min(data.block_size,
+                                                             r[1] - k * data.block_size)));
+                });
+                row.appendChild(cells);
+                tables.appendChild(row);
+            });
+        };
+        placeholder.textContent = '';
+        placeholder.appendChild(view);
+        view.go(0);
+    }
+
+    function addBlockViews() {
+        document.querySelectorAll('.content .wb-blocks[data-src]').forEach(function (placeholder) {
+            fetch(placeholder.getAttribute('data-src')).then(function (response) {
+                return response.ok ? response.json() : null;
+            }).then(function (data) {
+                if (data !== null && data.steps.length > 0) {
+                    buildBlockView(data, placeholder);
+                }
+            }).catch(function () {
+                // Opened from the disk (file://) or offline: the placeholder's words stay.
+            });
+        });
+    }
+
     function ready() {
         labelTableCells();
         openGates();
@@ -1006,6 +1113,7 @@
         showReview();
         showProgress();
         addHistoryViews();
+        addBlockViews();
     }
 
     if (document.readyState === 'loading') {

@@ -7,7 +7,9 @@
 //! - safe surface: [`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`], stats;
 //! - compute: [`ops`] — GEMM, element-wise kernels and a tiny model, on both devices;
 //! - [`autograd`] — tensors that record a graph, save what torch saves, and free it in backward;
-//! - [`optim`] — SGD, Adam and AdamW with their state on the device, as torch keeps it.
+//! - [`optim`] — SGD, Adam and AdamW with their state on the device, as torch keeps it;
+//! - [`kv_cache`] and [`serving`] — a served model's KV cache, contiguous or paged, and a
+//!   request stream served with continuous batching.
 
 #![warn(missing_docs)]
 
@@ -24,9 +26,11 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod history;
+pub mod kv_cache;
 pub mod ops;
 pub mod optim;
 pub mod pinned;
+pub mod serving;
 pub mod snapshot_pickle;
 pub mod stats;
 pub mod stream;
@@ -45,6 +49,7 @@ pub use format::format_bytes;
 pub use history::{
     HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, TraceAction, TraceEntry,
 };
+pub use kv_cache::{BlockPool, BlockTable, ContiguousCache, KvConfig};
 pub use pinned::{HostMemoryStats, PinnedBuffer};
 pub use stats::{MemoryStats, Pool};
 pub use stream::{Event, Stream};

@@ -14,7 +14,9 @@
 //! block's size, requested size and stream on hover and tap, in the light and navy themes at
 //! 1280 and 390 px. Chapter 7 shows its pictures of pinned memory and streams (their labels 10 px
 //! or more at 390 px), and its activity view steps through the copies and kernels and says what a
-//! copy span is (stream, bytes, pinned block) on hover and tap.
+//! copy span is (stream, bytes, pinned block) on hover and tap. Chapter 13's block view shows
+//! the pool and the block tables of its first step, steps to the next, and says what a block holds
+//! on hover and tap, at 1280 and 390 px.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
@@ -300,6 +302,9 @@ const HISTORY_PAGE: &str = "ch03-drop-and-empty-cache";
 
 /// The chapter page whose pictures of pinned memory and streams, and their view, are checked.
 const ACTIVITY_PAGE: &str = "ch07-pinned-memory";
+
+/// The chapter page whose block view (the KV cache's pool and block tables) is stepped through.
+const BLOCKS_PAGE: &str = "ch13-kv-cache";
 
 /// The chapter page whose "pick all that apply" question is answered wrongly and then rightly.
 const SEVERAL_PAGE: &str = "ch04-memory-stats";
@@ -602,6 +607,9 @@ impl BookCheck {
         report
             .problems
             .extend(self.pinned_memory_and_streams(client).await?);
+        report
+            .problems
+            .extend(self.step_through_the_block_pool(client).await?);
 
         let (found, problems) = self.search(client).await?;
         report.search_results = found;
@@ -1265,6 +1273,177 @@ impl BookCheck {
                 "{file}: the view's segment bars are {:?} in the light and navy themes alike",
                 bars.get("light")
             ));
+        }
+        light_at_1280(client).await?;
+        Ok(problems)
+    }
+    /// Chapter 13's block view, at 1280 px and on a phone: it replaces its placeholder, shows
+    /// the first step's pool (one cell per block, those held by a request marked with it) and
+    /// block tables as the data file says, steps to the next step, says what a block holds on
+    /// hover (1280 px) or tap (390 px), and nothing scrolls sideways.
+    async fn step_through_the_block_pool(&self, client: &Client) -> Result<Vec<String>, String> {
+        let file = format!("{BLOCKS_PAGE}.html");
+        let data = std::fs::read_to_string(
+            self.dest
+                .join(format!("pictures/{BLOCKS_PAGE}-blocks.json")),
+        )
+        .map_err(|e| format!("reading {BLOCKS_PAGE}'s block steps: {e}"))?;
+        let blocks: Value =
+            serde_json::from_str(&data).map_err(|e| format!("{BLOCKS_PAGE}'s blocks: {e}"))?;
+        let (Some(num_blocks), Some(block_size)) =
+            (blocks["num_blocks"].as_u64(), blocks["block_size"].as_u64())
+        else {
+            return Ok(vec![format!(
+                "{BLOCKS_PAGE}'s block steps have no pool size: {data}"
+            )]);
+        };
+        // The first step's first request and its first block: [request, tokens, total, [blocks]].
+        let first = &blocks["steps"][0]["running"][0];
+        let (request, tokens, block) = (
+            first[0].as_u64().unwrap_or(u64::MAX),
+            first[1].as_u64().unwrap_or(0),
+            first[3][0].as_u64().unwrap_or(u64::MAX),
+        );
+        let block_words = format!(
+            "Block {block}: request {request}, {} of {block_size} tokens",
+            tokens.min(block_size)
+        );
+        let mut problems = Vec::new();
+        for width in [1280, PHONE_WIDTH] {
+            let at = format!("{file} ({width} px)");
+            client
+                .set_window_size(width, 900)
+                .await
+                .map_err(|e| format!("resizing the window: {e}"))?;
+            self.open(client, &file).await?;
+            let view = match client
+                .wait()
+                .at_most(Duration::from_secs(20))
+                .for_element(fantoccini::Locator::Css(".content .wb-kvview"))
+                .await
+            {
+                Ok(view) => view,
+                Err(e) => {
+                    problems.push(format!("{at}: no block view appeared: {e}"));
+                    continue;
+                }
+            };
+            let state = || async {
+                client
+                    .execute(
+                        "const v = document.querySelector('.content .wb-kvview'); \
+                         return [Number(v.getAttribute('data-step')), \
+                                 v.querySelector('.wb-mv-event').textContent, \
+                                 v.querySelectorAll('.wb-kv-pool .wb-kv-block').length, \
+                                 v.querySelectorAll('.wb-kv-pool .wb-kv-free').length, \
+                                 Array.from(v.querySelectorAll('.wb-kv-table')) \
+                                   .map((t) => Number(t.getAttribute('data-request'))), \
+                                 document.querySelectorAll('.content .wb-blocks > p').length];",
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| format!("{at}: reading the block view: {e}"))
+            };
+            let opened = state().await?;
+            let step0 = &blocks["steps"][0];
+            let held: u64 = step0["running"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r[3].as_array().map_or(0, |b| b.len() as u64))
+                .sum();
+            let tables: Vec<Value> = step0["running"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r[0].clone())
+                .collect();
+            let wanted = json!([
+                0,
+                format!(
+                    "Step 0: {} running, {held} of {num_blocks} blocks held, {} waiting",
+                    tables.len(),
+                    step0["waiting"].as_array().map_or(0, Vec::len)
+                ),
+                num_blocks,
+                num_blocks - held,
+                tables,
+                0
+            ]);
+            if opened != wanted {
+                problems.push(format!(
+                    "{at}: the block view opened on {opened} ({wanted} wanted)"
+                ));
+            }
+            let next = view
+                .find(fantoccini::Locator::Css(".wb-mv-next"))
+                .await
+                .map_err(|e| format!("{at}: the next button: {e}"))?;
+            client
+                .execute(
+                    "arguments[0].scrollIntoView({block: 'center'});",
+                    vec![serde_json::to_value(&next).map_err(|e| e.to_string())?],
+                )
+                .await
+                .map_err(|e| format!("{at}: scrolling to next: {e}"))?;
+            next.click()
+                .await
+                .map_err(|e| format!("{at}: pressing next: {e}"))?;
+            let second = state().await?;
+            if second[0] != json!(1)
+                || !second[1].as_str().is_some_and(|t| {
+                    t.starts_with(&format!("Step {}: ", blocks["steps"][1]["step"]))
+                })
+            {
+                problems.push(format!("{at}: after next the block view shows {second}"));
+            }
+            let cell = view
+                .find(fantoccini::Locator::Css(&format!(
+                    ".wb-kv-pool .wb-kv-block[data-block=\"{block}\"]"
+                )))
+                .await
+                .map_err(|e| format!("{at}: block {block} in the pool: {e}"))?;
+            point_at(client, &cell, width == PHONE_WIDTH)
+                .await
+                .map_err(|e| format!("{at}: block {block}: {e}"))?;
+            let info = client
+                .execute(
+                    "return document.querySelector('.content .wb-kvview .wb-mv-block-info')\
+                     .textContent;",
+                    vec![],
+                )
+                .await
+                .map_err(|e| format!("{at}: reading the block's words: {e}"))?;
+            // After one step the request holds one more token, in the same first block.
+            let after_one = format!(
+                "Block {block}: request {request}, {} of {block_size} tokens",
+                (tokens + 1).min(block_size)
+            );
+            if !info
+                .as_str()
+                .is_some_and(|t| t == after_one || t == block_words)
+            {
+                problems.push(format!(
+                    "{at}: block {block} says {info} ({after_one:?} wanted)"
+                ));
+            }
+            for problem in self.overflow(client, &file, width == PHONE_WIDTH).await? {
+                problems.push(format!("({width} px) {problem}"));
+            }
+            for entry in browser_log(client).await? {
+                problems.push(format!("{at}: browser log: {entry}"));
+            }
+            if let Some(dir) = &self.screenshots {
+                client
+                    .execute(
+                        "document.querySelector('.content .wb-kvview').scrollIntoView();",
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| format!("{at}: scrolling to the view: {e}"))?;
+                self.screenshot(client, dir, &format!("{BLOCKS_PAGE}-blocks-{width}"))
+                    .await?;
+            }
         }
         light_at_1280(client).await?;
         Ok(problems)

@@ -49,6 +49,10 @@ const KINDS: [(&str, viz::View); 2] = [
 /// The suffix of the data file the interactive view reads: `<chapter>-history.json`.
 const HISTORY_SUFFIX: &str = "history.json";
 
+/// The suffix of the data file the block view reads, when a walkthrough served requests from a
+/// block pool: `<chapter>-blocks.json`, the key `kv_blocks` of its snapshot file (chapter 13).
+const BLOCKS_SUFFIX: &str = "blocks.json";
+
 /// The pictures drawn from a chapter's recorded activity when its walkthrough used pinned memory:
 /// the stream lanes and the pinned host blocks ([`viz::activity`]).
 const ACTIVITY_SUFFIXES: [&str; 2] = ["streams", "pinned"];
@@ -94,6 +98,13 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
         eprintln!("{chapter}: running its walkthrough on cpu");
         let (snapshot, activity) = snapshot_of(&repo, chapter, scratch.path())?;
         made.extend(pictures_of(chapter, &snapshot, activity.as_ref()));
+        let file = scratch.path().join(format!("{chapter}.json"));
+        if let Some(contents) = read_kv_blocks(&file)? {
+            made.push(Picture {
+                file: format!("{chapter}-{BLOCKS_SUFFIX}"),
+                contents,
+            });
+        }
     }
     if args.check {
         problems.extend(differences(&dir, &made));
@@ -194,6 +205,16 @@ pub fn snapshot_of(
         );
     }
     Ok((viz::read_snapshot(&file)?, read_activity(&file)?))
+}
+
+/// The block pool's steps a snapshot file holds beside the snapshot (its key `kv_blocks`, written
+/// by chapter 13's walkthrough), as compact JSON, if any.
+pub fn read_kv_blocks(file: &Path) -> Result<Option<String>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    Ok(json.get("kv_blocks").map(|blocks| format!("{blocks}\n")))
 }
 
 /// The activity a snapshot file holds beside the snapshot (its key `activity`, written by
@@ -330,7 +351,7 @@ pub fn differences(dir: &Path, made: &[Picture]) -> Vec<String> {
 }
 
 /// Files in `dir` named like a chapter's (`*-timeline.svg`, `*-segments.svg`, `*-streams.svg`,
-/// `*-pinned.svg`, `*-history.json`) that none of `chapters` makes.
+/// `*-pinned.svg`, `*-history.json`, `*-blocks.json`) that none of `chapters` makes.
 pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -348,7 +369,7 @@ pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
             .iter()
             .map(|(suffix, _)| format!("-{suffix}.svg"))
             .chain(ACTIVITY_SUFFIXES.iter().map(|s| format!("-{s}.svg")))
-            .chain(std::iter::once(format!("-{HISTORY_SUFFIX}")))
+            .chain([format!("-{HISTORY_SUFFIX}"), format!("-{BLOCKS_SUFFIX}")])
             .find_map(|suffix| name.strip_suffix(&suffix).map(str::to_string));
         if let Some(chapter) = chapter
             && !chapters.contains(&chapter)
