@@ -42,26 +42,59 @@ fn first_argument(text: &str, open: usize) -> &str {
     &text[open + 1..]
 }
 
-/// Whether `arg` is written out in the test (a literal or a constant), so it is the expected
-/// value rather than what the learner's code gave.
+/// Whether `arg` is written out in the test (literals and constants only: `0`, `2 * MIB`,
+/// `Some(3)`, `"text"`), so it is the expected value rather than what the learner's code gave
+/// (any lower-case name, a variable or a call, makes it computed).
 fn is_written_out(arg: &str) -> bool {
-    let arg = arg.trim();
-    let starts_with_digit = arg
-        .trim_start_matches('-')
-        .starts_with(|c: char| c.is_ascii_digit());
-    let is_constant = arg.chars().any(|c| c.is_ascii_uppercase())
-        && arg
-            .chars()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-    let inner_written_out = arg
-        .strip_prefix("Some(")
-        .and_then(|a| a.strip_suffix(')'))
-        .is_some_and(is_written_out);
-    starts_with_digit
-        || arg.starts_with('"')
-        || matches!(arg, "None" | "true" | "false")
-        || is_constant
-        || inner_written_out
+    let mut names = Vec::new();
+    let mut chars = arg.trim().chars().peekable();
+    let mut previous = ' ';
+    while let Some(c) = chars.next() {
+        if c == '"' {
+            // Skip a string literal (escapes included).
+            while let Some(d) = chars.next() {
+                if d == '\\' {
+                    chars.next();
+                } else if d == '"' {
+                    break;
+                }
+            }
+            previous = '"';
+            continue;
+        }
+        // A name starts after a non-name character; `u64` in `512_u64` belongs to the number.
+        if (c.is_ascii_alphabetic() || c == '_')
+            && !previous.is_ascii_alphanumeric()
+            && previous != '_'
+        {
+            let mut name = String::from(c);
+            while let Some(&d) = chars.peek() {
+                if !(d.is_ascii_alphanumeric() || d == '_') {
+                    break;
+                }
+                name.push(d);
+                chars.next();
+            }
+            previous = name.chars().last().unwrap_or(c);
+            names.push(name);
+            continue;
+        }
+        if c.is_ascii_digit() {
+            // A number, with its `_` separators and its type suffix.
+            while let Some(&d) = chars.peek() {
+                if !(d.is_ascii_alphanumeric() || d == '_') {
+                    break;
+                }
+                chars.next();
+            }
+        }
+        previous = c;
+    }
+    !arg.trim().is_empty()
+        && names.iter().all(|name| {
+            matches!(name.as_str(), "Some" | "None" | "true" | "false")
+                || !name.chars().any(|c| c.is_ascii_lowercase())
+        })
 }
 
 /// `check` shows an `assert_eq!`'s left value as the learner's ("yours") and the right one as
@@ -91,7 +124,16 @@ fn official_assertions_put_the_learners_value_first() {
 #[test]
 fn written_out_values_are_told_from_computed_ones() {
     for arg in [
-        "0", "-1", "2 * MIB", "\"text\"", "None", "Some(3)", "BUDGET", "true",
+        "0",
+        "-1",
+        "2 * MIB",
+        "\"a text, with words\"",
+        "None",
+        "Some(3)",
+        "BUDGET",
+        "true",
+        "512_u64",
+        "1u64 << 20",
     ] {
         assert!(is_written_out(arg), "{arg}");
     }
@@ -100,6 +142,7 @@ fn written_out_values_are_told_from_computed_ones() {
         "CASES.len()",
         "Some(x)",
         "stats.get(\"k\")",
+        "64 - pool.free.len()",
     ] {
         assert!(!is_written_out(arg), "{arg}");
     }
