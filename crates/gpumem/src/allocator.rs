@@ -26,7 +26,8 @@ pub const MIN_BLOCK_SIZE: usize = 512;
 pub const SMALL_SIZE: usize = 1 << 20;
 /// Segment size of the small pool (`kSmallBuffer`).
 pub const SMALL_BUFFER: usize = 2 << 20;
-/// Segment size for requests between 1 and 10 MiB (`kLargeBuffer`).
+/// The page size of large expandable segments (`kLargeBuffer`), and the default segment size
+/// of requests between 1 and 10 MiB (`large_segment_size_mb` changes that one).
 pub const LARGE_BUFFER: usize = 20 << 20;
 /// Requests from this size get a segment of their own, rounded to 2 MiB (`kMinLargeAlloc`).
 pub const MIN_LARGE_ALLOC: usize = 10 << 20;
@@ -200,12 +201,13 @@ fn roundup_power2_next_division(size: usize, divisions: usize) -> usize {
     }
 }
 
-/// The segment size reserved for a request of (rounded) `size` bytes (`get_allocation_size`).
-pub fn segment_size_for(size: usize) -> usize {
+/// The segment size reserved for a request of (rounded) `size` bytes (`get_allocation_size`):
+/// 2 MiB up to 1 MiB, `large_segment_size_mb` (20 MiB) below 10 MiB, else the size in 2 MiB steps.
+pub fn segment_size_for(size: usize, config: &AllocatorConfig) -> usize {
     if size <= SMALL_SIZE {
         SMALL_BUFFER
     } else if size < MIN_LARGE_ALLOC {
-        LARGE_BUFFER
+        config.large_segment_size
     } else {
         size.div_ceil(ROUND_LARGE) * ROUND_LARGE
     }
@@ -276,7 +278,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         st.process_pending_frees();
         let rounded = round_size(size, &st.config);
         let pool = pool_for(rounded);
-        let segment_size = segment_size_for(rounded);
+        let segment_size = segment_size_for(rounded, &st.config);
 
         let mut found = st.get_free_block(pool, stream, rounded);
         if found.is_none() {
