@@ -330,9 +330,9 @@ impl<B: RawMemory> CachingAllocator<B> {
         if allocation.size == 0 {
             return;
         }
-        // Ask the streams before taking the lock: a query may be a driver call.
-        let mut pending = pending;
-        pending.retain(|p| !p.is_done());
+        // As torch's `free`: a block with recorded streams gets an event on each (`insert_events`)
+        // even when they are idle, and stays active (in `active_bytes` and `requested_bytes`)
+        // until the next `malloc` finds the events done (`process_events`).
         let mut guard = self.lock();
         let st = &mut *guard;
         let id = allocation.id;
@@ -349,7 +349,6 @@ impl<B: RawMemory> CachingAllocator<B> {
         let stats = &mut st.stats;
         stats.allocation.decrease(pool, 1);
         stats.allocated_bytes.decrease(pool, size as u64);
-        stats.requested_bytes.decrease(pool, requested as u64);
         if oversize {
             st.stats.oversize_allocations.decrease(1);
         }
@@ -471,6 +470,9 @@ impl<B: RawMemory> CachingAllocator<B> {
     pub fn snapshot(&self) -> Snapshot {
         let mut guard = self.lock();
         let st = &mut *guard;
+        // As torch's `snapshot()`: the trace is read first, then the segments' snapshot records
+        // its `snapshot` entry, so that entry shows in the next snapshot's trace, not this one's.
+        let trace = st.history.entries();
         let active = st.stats.active_bytes.all.current as usize;
         st.history
             .record(TraceAction::Snapshot, 0, active, StreamId(0), &st.stats);
@@ -511,7 +513,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         Snapshot {
             device: self.device.clone(),
             segments,
-            trace: st.history.entries(),
+            trace,
             allocator_settings: st.config.clone(),
         }
     }
@@ -1294,6 +1296,7 @@ impl State {
         }
         self.stats.active.decrease(pool, 1);
         self.stats.active_bytes.decrease(pool, original_size);
+        self.stats.requested_bytes.decrease(pool, requested as u64);
     }
 
     /// Merges free neighbour `src` into `dst`; returns the bytes taken over (0: no merge).
