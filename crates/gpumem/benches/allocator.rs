@@ -55,7 +55,8 @@ fn alloc_free_pairs(c: &mut Criterion) {
                     allocator.free(black_box(block), Vec::new());
                 })
             });
-            let rounded = gpumem::allocator::segment_size_for(size);
+            let rounded =
+                gpumem::allocator::segment_size_for(size, &gpumem::AllocatorConfig::default());
             group.bench_with_input(
                 BenchmarkId::new("raw_reserve_release", label),
                 &rounded,

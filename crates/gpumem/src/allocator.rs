@@ -26,7 +26,8 @@ pub const MIN_BLOCK_SIZE: usize = 512;
 pub const SMALL_SIZE: usize = 1 << 20;
 /// Segment size of the small pool (`kSmallBuffer`).
 pub const SMALL_BUFFER: usize = 2 << 20;
-/// Segment size for requests between 1 and 10 MiB (`kLargeBuffer`).
+/// The page size of large expandable segments (`kLargeBuffer`), and the default segment size
+/// of requests between 1 and 10 MiB (`large_segment_size_mb` changes that one).
 pub const LARGE_BUFFER: usize = 20 << 20;
 /// Requests from this size get a segment of their own, rounded to 2 MiB (`kMinLargeAlloc`).
 pub const MIN_LARGE_ALLOC: usize = 10 << 20;
@@ -200,12 +201,13 @@ fn roundup_power2_next_division(size: usize, divisions: usize) -> usize {
     }
 }
 
-/// The segment size reserved for a request of (rounded) `size` bytes (`get_allocation_size`).
-pub fn segment_size_for(size: usize) -> usize {
+/// The segment size reserved for a request of (rounded) `size` bytes (`get_allocation_size`):
+/// 2 MiB up to 1 MiB, `large_segment_size_mb` (20 MiB) below 10 MiB, else the size in 2 MiB steps.
+pub fn segment_size_for(size: usize, config: &AllocatorConfig) -> usize {
     if size <= SMALL_SIZE {
         SMALL_BUFFER
     } else if size < MIN_LARGE_ALLOC {
-        LARGE_BUFFER
+        config.large_segment_size
     } else {
         size.div_ceil(ROUND_LARGE) * ROUND_LARGE
     }
@@ -276,7 +278,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         st.process_pending_frees();
         let rounded = round_size(size, &st.config);
         let pool = pool_for(rounded);
-        let segment_size = segment_size_for(rounded);
+        let segment_size = segment_size_for(rounded, &st.config);
 
         let mut found = st.get_free_block(pool, stream, rounded);
         if found.is_none() {
@@ -328,9 +330,9 @@ impl<B: RawMemory> CachingAllocator<B> {
         if allocation.size == 0 {
             return;
         }
-        // Ask the streams before taking the lock: a query may be a driver call.
-        let mut pending = pending;
-        pending.retain(|p| !p.is_done());
+        // As torch's `free`: a block with recorded streams gets an event on each (`insert_events`)
+        // even when they are idle, and stays active (in `active_bytes` and `requested_bytes`)
+        // until the next `malloc` finds the events done (`process_events`).
         let mut guard = self.lock();
         let st = &mut *guard;
         let id = allocation.id;
@@ -347,7 +349,6 @@ impl<B: RawMemory> CachingAllocator<B> {
         let stats = &mut st.stats;
         stats.allocation.decrease(pool, 1);
         stats.allocated_bytes.decrease(pool, size as u64);
-        stats.requested_bytes.decrease(pool, requested as u64);
         if oversize {
             st.stats.oversize_allocations.decrease(1);
         }
@@ -469,6 +470,9 @@ impl<B: RawMemory> CachingAllocator<B> {
     pub fn snapshot(&self) -> Snapshot {
         let mut guard = self.lock();
         let st = &mut *guard;
+        // As torch's `snapshot()`: the trace is read first, then the segments' snapshot records
+        // its `snapshot` entry, so that entry shows in the next snapshot's trace, not this one's.
+        let trace = st.history.entries();
         let active = st.stats.active_bytes.all.current as usize;
         st.history
             .record(TraceAction::Snapshot, 0, active, StreamId(0), &st.stats);
@@ -509,7 +513,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         Snapshot {
             device: self.device.clone(),
             segments,
-            trace: st.history.entries(),
+            trace,
             allocator_settings: st.config.clone(),
         }
     }
@@ -1292,6 +1296,7 @@ impl State {
         }
         self.stats.active.decrease(pool, 1);
         self.stats.active_bytes.decrease(pool, original_size);
+        self.stats.requested_bytes.decrease(pool, requested as u64);
     }
 
     /// Merges free neighbour `src` into `dst`; returns the bytes taken over (0: no merge).

@@ -59,9 +59,10 @@ impl<T: Element> std::fmt::Debug for Buffer<T> {
     }
 }
 
+/// `len` elements' bytes; a count whose bytes overflow saturates, so the allocator refuses it as
+/// torch refuses any request of 1 EiB or more (an out-of-memory error), never a panic.
 fn bytes_for<T>(len: usize) -> usize {
-    len.checked_mul(size_of::<T>())
-        .expect("buffer size overflows usize")
+    len.saturating_mul(size_of::<T>())
 }
 
 impl Device {

@@ -1,22 +1,63 @@
-//! `GPUMEM_ALLOC_CONF`: torch's `PYTORCH_CUDA_ALLOC_CONF` syntax for the caching allocator's knobs.
+//! `GPUMEM_ALLOC_CONF`: torch's `PYTORCH_ALLOC_CONF` syntax for the caching allocator's knobs.
 //!
-//! The grammar, bounds and messages follow torch 2.x's `c10/cuda/CUDAAllocatorConfig.cpp` (the
-//! 2.1–2.7 parser) and, for `max_non_split_rounding_mb`, the newer `c10/core/AllocatorConfig.cpp`:
-//! the text is cut into tokens at `,` `:` `[` `]` with spaces dropped, then read option by option.
+//! The grammar, bounds and messages are torch 2.15's (`c10/core/AllocatorConfig.{h,cpp}` and
+//! `c10/cuda/CUDAAllocatorConfig.{h,cpp}` at v2.15.0), checked fact by fact against torch 2.15.0
+//! by `conformance/goldens/settings.json`. The text is cut into tokens at `,` `:` `[` `]` with
+//! white space dropped, then read in three passes, as torch does: `large_segment_size_mb` first
+//! (it sets the floor of two other options), then the options of every accelerator, then the
+//! CUDA ones. Like torch, a key's `:` and the `,` after its value are skipped without being
+//! looked at. Unlike torch, a number must be a whole number (or a decimal one where a fraction is
+//! asked for): torch reads it with C++'s `std::stoull`/`std::stod`, which take a value's leading
+//! digits (`64abc` is 64) and wrap a minus sign, and fails on a missing value with an internal
+//! assert; gpumem names the problem instead.
 
 use crate::error::{Error, Result};
 
 const MIB: usize = 1 << 20;
-/// torch's `kLargeBuffer` in MiB: the floor of `max_split_size_mb` and `max_non_split_rounding_mb`.
-const LARGE_BUFFER_MB: usize = 20;
+/// torch's default `large_segment_size_mb` (`kLargeBuffer`, 20 MiB): the segment size of requests
+/// between 1 and 10 MiB and the floor of `max_split_size_mb` and `max_non_split_rounding_mb`.
+const LARGE_SEGMENT_SIZE_MB: usize = 20;
+/// `large_segment_size_mb` must be above this (torch's `kMinLargeAlloc` in MiB).
+const MIN_LARGE_ALLOC_MB: usize = 10;
 /// How many power-of-two intervals `roundup_power2_divisions` distinguishes (1 MiB up to 64 GiB).
 pub const ROUNDUP_INTERVALS: usize = 16;
 /// torch's `pinned_max_register_threads`.
 const PINNED_MAX_REGISTER_THREADS: usize = 128;
 
+/// The options of every accelerator (torch's `AcceleratorAllocatorConfig::getKeys`).
+const ACCELERATOR_KEYS: [&str; 7] = [
+    "large_segment_size_mb",
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "expandable_segments",
+    "pinned_use_background_threads",
+];
+
+/// The CUDA options (torch's `CUDAAllocatorConfig::getKeys`).
+const CUDA_KEYS: [&str; 13] = [
+    "backend",
+    "release_lock_on_cudamalloc",
+    "pinned_use_cuda_host_register",
+    "release_lock_on_hipmalloc",
+    "pinned_use_hip_host_register",
+    "graph_capture_record_stream_reuse",
+    "pinned_reserve_segment_size_mb",
+    "pinned_num_register_threads",
+    "per_process_memory_fraction",
+    "pinned_free_catch_all",
+    "throw_on_cudamalloc_oom",
+    "expandable_segments_reserve",
+    "expandable_segments_reserve_by_class",
+];
+
 /// The caching allocator's tunables. `Default` is torch's default behaviour.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocatorConfig {
+    /// The segment size of requests between 1 and 10 MiB (torch 2.15's `large_segment_size_mb`,
+    /// default 20 MiB); also the floor of `max_split_size_mb` and `max_non_split_rounding_mb`.
+    pub large_segment_size: usize,
     /// Blocks of at least this size are never split ("oversize"); `usize::MAX` when unset.
     pub max_split_size: usize,
     /// An oversize request may take a cached block at most this much larger (default 20 MiB).
@@ -35,8 +76,12 @@ pub struct AllocatorConfig {
     pub pinned_use_cuda_host_register: bool,
     /// Accepted as torch does (a power of two up to 128); gpumem registers no host memory.
     pub pinned_num_register_threads: usize,
-    /// Accepted as newer torch does; gpumem's pinned frees are synchronous.
+    /// Accepted as torch does; gpumem's pinned frees are synchronous.
     pub pinned_use_background_threads: bool,
+    /// Accepted as torch does; gpumem captures no CUDA graphs.
+    pub graph_capture_record_stream_reuse: bool,
+    /// Accepted as torch does; gpumem frees only the pinned memory it allocated.
+    pub pinned_free_catch_all: bool,
     /// The last text applied (torch's `last_allocator_settings`).
     pub text: String,
 }
@@ -44,8 +89,9 @@ pub struct AllocatorConfig {
 impl Default for AllocatorConfig {
     fn default() -> Self {
         AllocatorConfig {
+            large_segment_size: LARGE_SEGMENT_SIZE_MB * MIB,
             max_split_size: usize::MAX,
-            max_non_split_rounding_size: LARGE_BUFFER_MB * MIB,
+            max_non_split_rounding_size: LARGE_SEGMENT_SIZE_MB * MIB,
             roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
@@ -53,12 +99,14 @@ impl Default for AllocatorConfig {
             pinned_use_cuda_host_register: false,
             pinned_num_register_threads: 1,
             pinned_use_background_threads: false,
+            graph_capture_record_stream_reuse: false,
+            pinned_free_catch_all: false,
             text: String::new(),
         }
     }
 }
 
-/// The tokens of a setting string, as torch's `lexArgs` cuts them.
+/// The tokens of a setting string, as torch's `ConfigTokenizer` cuts them (C's `isspace` drops).
 fn tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
@@ -68,7 +116,7 @@ fn tokens(text: &str) -> Vec<String> {
                 out.push(std::mem::take(&mut word));
             }
             out.push(c.to_string());
-        } else if c != ' ' {
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r') {
             word.push(c);
         }
     }
@@ -78,10 +126,9 @@ fn tokens(text: &str) -> Vec<String> {
     out
 }
 
-/// A cursor over the tokens, with errors that name the option being read.
+/// The tokens, with errors that name the option being read.
 struct Parser {
     tokens: Vec<String>,
-    at: usize,
     option: String,
 }
 
@@ -93,47 +140,67 @@ impl Parser {
         }
     }
 
-    fn next(&mut self) -> Option<String> {
-        let t = self.tokens.get(self.at).cloned();
-        self.at += 1;
-        t
+    /// Token `i`; torch fails here with an internal assert ("Index out of bounds").
+    fn at(&self, i: usize) -> Result<&str> {
+        self.tokens.get(i).map(String::as_str).ok_or_else(|| {
+            self.error(format!(
+                "the setting ends before {}'s value is complete",
+                self.option
+            ))
+        })
     }
 
-    fn expect(&mut self, token: &str) -> Result<()> {
-        match self.next() {
-            Some(t) if t == token => Ok(()),
-            Some(t) => Err(self.error(format!(
-                "Error parsing CachingAllocator settings, expected {token} but found {t:?}"
-            ))),
-            None => Err(self.error(format!(
-                "Error parsing CachingAllocator settings, expected {token} at the end"
-            ))),
-        }
+    /// The index of `key`'s value (`i` is the key's index): the `:` is not looked at, as torch.
+    fn value_index(&self, i: usize) -> Result<usize> {
+        self.at(i + 1)?;
+        self.at(i + 2)?;
+        Ok(i + 2)
     }
 
-    fn value(&mut self) -> Result<String> {
-        self.expect(":")?;
-        match self.next() {
-            Some(v) if !matches!(v.as_str(), "," | ":" | "[" | "]") => Ok(v),
-            _ => Err(self.error(format!("Error, expecting {} value", self.option))),
-        }
+    fn whole(&self, i: usize) -> Result<usize> {
+        let value = self.at(i)?;
+        value.parse().map_err(|_| {
+            self.error(format!(
+                "{value:?} is not a whole number (torch's std::stoull would say only \"stoull\", \
+                 or read a number's leading digits)"
+            ))
+        })
     }
 
-    fn whole(&self, value: &str) -> Result<usize> {
-        value
-            .parse()
-            .map_err(|_| self.error(format!("{value:?} is not a whole number")))
+    fn number(&self, i: usize) -> Result<f64> {
+        let value = self.at(i)?;
+        value.parse().map_err(|_| {
+            self.error(format!(
+                "{value:?} is not a number (torch's std::stod would say only \"stod\", or read \
+                 a number's leading digits)"
+            ))
+        })
     }
 
-    fn boolean(&self, value: &str) -> Result<bool> {
-        match value {
+    /// torch's `ConfigTokenizer::toBool`, with its message (which names the token's index).
+    fn boolean(&self, i: usize) -> Result<bool> {
+        match self.at(i)? {
             "True" => Ok(true),
             "False" => Ok(false),
-            _ => Err(self.error(format!(
-                "Expected a single True/False argument for {}, got {value:?}",
-                self.option
+            other => Err(self.error(format!(
+                "Expected 'True' or 'False' at index {i} in ConfigTokenizer but got '{other}'"
             ))),
         }
+    }
+
+    /// torch's `skipKey`: past the value of an option another pass reads (a `[...]` list whole).
+    fn skip_key(&self, i: usize) -> Result<usize> {
+        let mut i = self.value_index(i)?;
+        if self.tokens[i] != "[" {
+            return Ok(i);
+        }
+        while i + 1 < self.tokens.len() {
+            i += 1;
+            if self.tokens[i] == "]" {
+                return Ok(i);
+            }
+        }
+        Err(self.error("a list opened with [ is not closed with ]"))
     }
 }
 
@@ -151,11 +218,12 @@ impl AllocatorConfig {
         Ok(config)
     }
 
-    /// Applies a setting string to this configuration, as torch's `parseArgs` (and
-    /// `torch.cuda.memory._set_allocator_settings`) does: `max_split_size_mb`,
+    /// Applies a setting string to this configuration, as torch 2.15's `parseArgs` (and
+    /// `torch._C._accelerator_setAllocatorSettings`) does: `max_split_size_mb`,
     /// `roundup_power2_divisions` and `garbage_collection_threshold` go back to their defaults
-    /// first; the other options keep their value unless the text names them. On error nothing
-    /// changes.
+    /// and `max_non_split_rounding_mb` to `large_segment_size_mb` first; the other options keep
+    /// their value unless the text names them. On error nothing changes (torch keeps what it
+    /// parsed before the error).
     pub fn apply(&mut self, text: &str) -> Result<()> {
         let mut next = self.clone();
         next.max_split_size = usize::MAX;
@@ -164,135 +232,196 @@ impl AllocatorConfig {
         next.text = text.to_string();
         let mut p = Parser {
             tokens: tokens(text),
-            at: 0,
             option: String::new(),
         };
-        while let Some(key) = p.next() {
-            p.option = key.clone();
-            match key.as_str() {
-                "max_split_size_mb" => {
-                    let mb = {
-                        let v = p.value()?;
-                        p.whole(&v)?
-                    };
-                    if mb <= LARGE_BUFFER_MB {
-                        return Err(p.error(format!(
-                            "CachingAllocator option max_split_size_mb too small, must be > \
-                             {LARGE_BUFFER_MB}, got {mb}"
-                        )));
-                    }
-                    next.max_split_size = mb.min(usize::MAX / MIB) * MIB;
-                }
-                "max_non_split_rounding_mb" => {
-                    let mb = {
-                        let v = p.value()?;
-                        p.whole(&v)?
-                    };
-                    if mb < LARGE_BUFFER_MB {
-                        return Err(p.error(format!(
-                            "CachingAllocator option max_non_split_rounding_mb too small, must be \
-                             >= {LARGE_BUFFER_MB}, got {mb}"
-                        )));
-                    }
-                    next.max_non_split_rounding_size = mb.min(usize::MAX / MIB) * MIB;
-                }
-                "garbage_collection_threshold" => {
-                    let v = p.value()?;
-                    let f: f64 = v
-                        .parse()
-                        .map_err(|_| p.error(format!("{v:?} is not a number")))?;
-                    if f.is_nan() || f <= 0.0 {
-                        return Err(p.error(format!(
-                            "garbage_collect_threshold too small, set it 0.0~1.0, got {v}"
-                        )));
-                    }
-                    if f >= 1.0 {
-                        return Err(p.error(format!(
-                            "garbage_collect_threshold too big, set it 0.0~1.0, got {v}"
-                        )));
-                    }
-                    next.garbage_collection_threshold = f;
-                }
-                "roundup_power2_divisions" => {
-                    next.roundup_power2_divisions = parse_divisions(&mut p)?;
-                }
-                "expandable_segments" => {
-                    next.expandable_segments = {
-                        let v = p.value()?;
-                        p.boolean(&v)?
-                    };
-                }
-                "release_lock_on_cudamalloc" => {
-                    next.release_lock_on_cudamalloc = {
-                        let v = p.value()?;
-                        p.boolean(&v)?
-                    };
-                }
-                "pinned_use_cuda_host_register" => {
-                    next.pinned_use_cuda_host_register = {
-                        let v = p.value()?;
-                        p.boolean(&v)?
-                    };
-                }
-                "pinned_use_background_threads" => {
-                    next.pinned_use_background_threads = {
-                        let v = p.value()?;
-                        p.boolean(&v)?
-                    };
-                }
-                "pinned_num_register_threads" => {
-                    let n = {
-                        let v = p.value()?;
-                        p.whole(&v)?
-                    };
-                    if !n.is_power_of_two() {
-                        return Err(p.error(format!(
-                            "Number of register threads has to be power of 2, got {n}"
-                        )));
-                    }
-                    if n > PINNED_MAX_REGISTER_THREADS {
-                        return Err(p.error(format!(
-                            "Number of register threads should be less than or equal to \
-                             {PINNED_MAX_REGISTER_THREADS}, got {n}"
-                        )));
-                    }
-                    next.pinned_num_register_threads = n;
-                }
-                "backend" => match p.value()?.as_str() {
-                    "native" => {}
-                    "cudaMallocAsync" => {
-                        return Err(p.error(
-                            "gpumem models the native caching allocator only; with \
-                             cudaMallocAsync the driver's pool decides what is reserved, and none \
-                             of gpumem's numbers would be torch's",
-                        ));
-                    }
-                    other => {
-                        return Err(p.error(format!(
-                            "Unknown allocator backend {other:?}, options are native and \
-                             cudaMallocAsync"
-                        )));
-                    }
-                },
-                "," | ":" | "[" | "]" => {
-                    return Err(p.error(format!("unexpected {key:?}; expected an option name")));
-                }
-                other => {
+        // Pass 1: `large_segment_size_mb`, wherever it is, before the options it bounds.
+        let mut i = 0;
+        while i < p.tokens.len() {
+            if p.tokens[i] == "large_segment_size_mb" {
+                p.option = p.tokens[i].clone();
+                i = p.value_index(i)?;
+                let mb = p.whole(i)?;
+                if mb <= MIN_LARGE_ALLOC_MB {
                     return Err(p.error(format!(
-                        "Unrecognized CachingAllocator option: {other}; known: max_split_size_mb, \
-                         max_non_split_rounding_mb, roundup_power2_divisions, \
-                         garbage_collection_threshold, expandable_segments, \
-                         release_lock_on_cudamalloc, pinned_use_cuda_host_register, \
-                         pinned_num_register_threads, pinned_use_background_threads, backend"
+                        "CachingAllocator option large_segment_size_mb must be > \
+                         {MIN_LARGE_ALLOC_MB} MB"
                     )));
                 }
+                next.large_segment_size = mb.min(usize::MAX / MIB) * MIB;
             }
-            if p.at < p.tokens.len() {
-                p.expect(",")?;
+            i += 1;
+        }
+        next.max_non_split_rounding_size = next.large_segment_size;
+        // Pass 2: every accelerator's options; pass 3: CUDA's. Each skips the other's.
+        for cuda_pass in [false, true] {
+            let mut i = 0;
+            while i < p.tokens.len() {
+                p.option = p.tokens[i].clone();
+                let key = p.option.clone();
+                let mine = if cuda_pass {
+                    CUDA_KEYS.contains(&key.as_str())
+                } else {
+                    ACCELERATOR_KEYS.contains(&key.as_str()) && key != "large_segment_size_mb"
+                };
+                i = if mine {
+                    if cuda_pass {
+                        next.apply_cuda_option(&p, i)?
+                    } else {
+                        next.apply_accelerator_option(&p, i)?
+                    }
+                } else if ACCELERATOR_KEYS.contains(&key.as_str())
+                    || CUDA_KEYS.contains(&key.as_str())
+                {
+                    p.skip_key(i)?
+                } else {
+                    return Err(p.error(format!(
+                        "Unrecognized key '{key}' in Accelerator allocator config."
+                    )));
+                };
+                // The token after a value is skipped unseen, as torch's unchecked `checkToken`.
+                if i + 1 < p.tokens.len() {
+                    i += 1;
+                }
+                i += 1;
             }
         }
         *self = next;
         Ok(())
+    }
+
+    /// Reads one of every accelerator's options at token `i`; returns its last token's index.
+    fn apply_accelerator_option(&mut self, p: &Parser, i: usize) -> Result<usize> {
+        let v = p.value_index(i)?;
+        let floor_mb = self.large_segment_size / MIB;
+        match p.option.as_str() {
+            "max_split_size_mb" | "max_non_split_rounding_mb" => {
+                let mb = p.whole(v)?;
+                if mb < floor_mb {
+                    return Err(p.error(format!(
+                        "CachingAllocator option {} too small, must be >= {floor_mb}",
+                        p.option
+                    )));
+                }
+                let bytes = mb.min(usize::MAX / MIB) * MIB;
+                if p.option == "max_split_size_mb" {
+                    self.max_split_size = bytes;
+                } else {
+                    self.max_non_split_rounding_size = bytes;
+                }
+                Ok(v)
+            }
+            "garbage_collection_threshold" => {
+                let f = p.number(v)?;
+                if !(f > 0.0 && f < 1.0) {
+                    return Err(
+                        p.error("garbage_collect_threshold is invalid, set it in (0.0, 1.0)")
+                    );
+                }
+                self.garbage_collection_threshold = f;
+                Ok(v)
+            }
+            "roundup_power2_divisions" => {
+                let (table, end) = parse_divisions(p, v)?;
+                self.roundup_power2_divisions = table;
+                Ok(end)
+            }
+            "expandable_segments" => {
+                self.expandable_segments = p.boolean(v)?;
+                Ok(v)
+            }
+            _ => {
+                self.pinned_use_background_threads = p.boolean(v)?;
+                Ok(v)
+            }
+        }
+    }
+
+    /// Reads one of CUDA's options at token `i`; returns its last token's index. The options
+    /// that would change numbers gpumem does not model are checked as torch checks them, then
+    /// refused with the reason.
+    fn apply_cuda_option(&mut self, p: &Parser, i: usize) -> Result<usize> {
+        let v = p.value_index(i)?;
+        match p.option.as_str() {
+            "backend" => match p.at(v)? {
+                "native" => Ok(v),
+                "cudaMallocAsync" => Err(p.error(
+                    "gpumem models the native caching allocator only; with cudaMallocAsync the \
+                     driver's pool decides what is reserved, and none of gpumem's numbers would \
+                     be torch's",
+                )),
+                _ => {
+                    Err(p
+                        .error("Unknown allocator backend, options are native and cudaMallocAsync"))
+                }
+            },
+            "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" => {
+                self.release_lock_on_cudamalloc = p.boolean(v)?;
+                Ok(v)
+            }
+            "pinned_use_cuda_host_register" | "pinned_use_hip_host_register" => {
+                self.pinned_use_cuda_host_register = p.boolean(v)?;
+                Ok(v)
+            }
+            "graph_capture_record_stream_reuse" => {
+                self.graph_capture_record_stream_reuse = p.boolean(v)?;
+                Ok(v)
+            }
+            "pinned_free_catch_all" => {
+                self.pinned_free_catch_all = p.boolean(v)?;
+                Ok(v)
+            }
+            "pinned_num_register_threads" => {
+                let n = p.whole(v)?;
+                if !n.is_power_of_two() {
+                    return Err(p.error(format!(
+                        "Number of register threads has to be power of 2, got {n}"
+                    )));
+                }
+                if n > PINNED_MAX_REGISTER_THREADS {
+                    return Err(p.error(format!(
+                        "Number of register threads should be less than or equal to \
+                         {PINNED_MAX_REGISTER_THREADS}, got {n}"
+                    )));
+                }
+                self.pinned_num_register_threads = n;
+                Ok(v)
+            }
+            "pinned_reserve_segment_size_mb" => {
+                if p.whole(v)? == 0 {
+                    return Err(p.error("Pinned reserve segment size has to be greater than 0"));
+                }
+                Err(p.error(
+                    "gpumem's pinned allocator reserves no segment up front: each pinned buffer \
+                     is its own allocation, so host_memory_stats would not be torch's",
+                ))
+            }
+            "per_process_memory_fraction" => {
+                let f = p.number(v)?;
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(
+                        p.error("per_process_memory_fraction is invalid, set it in [0.0, 1.0]")
+                    );
+                }
+                Err(p.error(
+                    "gpumem sets the fraction at run time only: call \
+                     Device::set_per_process_memory_fraction (torch.cuda.\
+                     set_per_process_memory_fraction)",
+                ))
+            }
+            "throw_on_cudamalloc_oom" => {
+                p.boolean(v)?;
+                Err(p.error(
+                    "gpumem does not model torch's early out-of-memory check against \
+                     cudaMemGetInfo: its out-of-memory errors come from a failed reservation, \
+                     after the cache is released, as torch's do without this option",
+                ))
+            }
+            _ => Err(p.error(
+                "gpumem reserves one fixed amount of address space per expandable segment \
+                 (torch's 9/8 of the device's memory, at most 1 TiB); it does not model \
+                 expandable_segments_reserve or expandable_segments_reserve_by_class",
+            )),
+        }
     }
 
     /// The divisions for a request of `size` bytes (torch's `roundup_power2_divisions(size)`).
@@ -325,6 +454,20 @@ impl AllocatorConfig {
                     .to_string(),
             );
         }
+        if self.graph_capture_record_stream_reuse {
+            notes.push(
+                "graph_capture_record_stream_reuse:True changes how torch reuses blocks while a \
+                 CUDA graph is captured; gpumem captures no graphs, so this has no effect"
+                    .to_string(),
+            );
+        }
+        if self.pinned_free_catch_all {
+            notes.push(
+                "pinned_free_catch_all:True lets torch's pinned allocator free host memory it \
+                 did not allocate; gpumem frees only its own pinned buffers, so this has no effect"
+                    .to_string(),
+            );
+        }
         if self.pinned_num_register_threads != 1 {
             notes.push(format!(
                 "pinned_num_register_threads:{} has no effect: gpumem registers no host memory",
@@ -337,10 +480,16 @@ impl AllocatorConfig {
     /// A one-line description of the settings that change numbers (for `doctor` and `replay`).
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
+        if self.large_segment_size != LARGE_SEGMENT_SIZE_MB * MIB {
+            parts.push(format!(
+                "large_segment_size_mb:{}",
+                self.large_segment_size / MIB
+            ));
+        }
         if self.max_split_size != usize::MAX {
             parts.push(format!("max_split_size_mb:{}", self.max_split_size / MIB));
         }
-        if self.max_non_split_rounding_size != LARGE_BUFFER_MB * MIB {
+        if self.max_non_split_rounding_size != self.large_segment_size {
             parts.push(format!(
                 "max_non_split_rounding_mb:{}",
                 self.max_non_split_rounding_size / MIB
@@ -388,54 +537,41 @@ impl AllocatorConfig {
     }
 }
 
-/// `roundup_power2_divisions`: one number for every interval, or `[MB:n,MB:n,>:n]` per interval.
+/// `roundup_power2_divisions` with its value at token `v`: one number for every interval, or
+/// `[MB:n,MB:n,>:n]` per interval. Returns the table and the index of its last token.
 ///
-/// As torch (the list form's 0 as newer torch, `c10/core/AllocatorConfig.cpp`): the first `MB:n`
-/// also fills every interval below it; `>:n` fills from the last
-/// interval named (that one included) to the end; intervals between two named ones keep 0.
-fn parse_divisions(p: &mut Parser) -> Result<[usize; ROUNDUP_INTERVALS]> {
-    p.expect(":")?;
+/// As torch 2.15: an interval `MB` is interval `floor(log2(MB))` (at most 15); the first `MB:n`
+/// also fills every interval below it; `>:n` fills the intervals after the last one named (after
+/// interval 0 when none is); intervals between two named ones keep 0; a list's `n` may be 0 (no
+/// rounding there).
+fn parse_divisions(p: &Parser, v: usize) -> Result<([usize; ROUNDUP_INTERVALS], usize)> {
     let mut table = [0; ROUNDUP_INTERVALS];
-    let first = p
-        .next()
-        .ok_or_else(|| p.error("Error, expecting roundup_power2_divisions value"))?;
-    if first != "[" {
-        let n = p.whole(&first)?;
+    if p.at(v)? != "[" {
+        let n = p.whole(v)?;
         if !n.is_power_of_two() {
-            return Err(p.error(format!(
-                "For roundups, the divisons has to be power of 2, got {n}"
-            )));
+            return Err(p.error("For roundups, the divisions has to be power of 2 "));
         }
-        return Ok([n; ROUNDUP_INTERVALS]);
+        return Ok(([n; ROUNDUP_INTERVALS], v));
     }
     let mut first_value = true;
     let mut last_index = 0;
-    loop {
-        let interval = p
-            .next()
-            .ok_or_else(|| p.error("Error parsing roundup_power2_divisions value: no closing ]"))?;
-        if interval == "]" {
-            break;
-        }
-        p.expect(":")?;
-        let n = match p.next() {
-            Some(v) => p.whole(&v)?,
-            None => return Err(p.error("Error parsing roundup_power2_divisions value")),
-        };
-        // In the list form newer torch also takes 0: no rounding for that interval.
+    let mut i = v + 1;
+    while p.at(i)? != "]" {
+        let interval_at = i;
+        p.at(i + 1)?; // its `:`, not looked at, as torch
+        i += 2;
+        let n = p.whole(i)?;
         if n != 0 && !n.is_power_of_two() {
-            return Err(p.error(format!(
-                "For roundups, the divisons has to be power of 2 or 0 to disable roundup, got {n}"
-            )));
+            return Err(p.error(
+                "For roundups, the divisions has to be power of 2 or 0 to disable roundup ",
+            ));
         }
-        if interval == ">" {
-            table[last_index..].fill(n);
+        if p.tokens[interval_at] == ">" {
+            table[(last_index + 1).min(ROUNDUP_INTERVALS)..].fill(n);
         } else {
-            let mb = p.whole(&interval)?;
+            let mb = p.whole(interval_at)?;
             if !mb.is_power_of_two() {
-                return Err(p.error(format!(
-                    "For roundups, the intervals have to be power of 2, got {mb}"
-                )));
+                return Err(p.error("For roundups, the intervals have to be power of 2 "));
             }
             let index = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
             if first_value {
@@ -445,15 +581,13 @@ fn parse_divisions(p: &mut Parser) -> Result<[usize; ROUNDUP_INTERVALS]> {
             table[index] = n;
             last_index = index;
         }
-        match p.tokens.get(p.at).map(String::as_str) {
-            Some("]") => {}
-            None => {
-                return Err(p.error("Error parsing roundup_power2_divisions value: no closing ]"));
-            }
-            _ => p.expect(",")?,
+        // The `,` between entries is skipped unseen, as torch.
+        if p.at(i + 1)? != "]" {
+            i += 1;
         }
+        i += 1;
     }
-    Ok(table)
+    Ok((table, i))
 }
 
 #[cfg(test)]
@@ -481,16 +615,17 @@ mod tests {
     #[test]
     fn the_list_form_fills_intervals_as_torch_does() {
         let c = AllocatorConfig::parse("roundup_power2_divisions:[64:8,256:4,>:1]").unwrap();
-        // 64 MiB is interval 6: it and everything below get 8; 128 MiB (7) keeps 0; `>` starts
-        // at the last interval named (256 MiB, 8) and overrides its 4.
+        // 64 MiB is interval 6: it and everything below get 8; 128 MiB (7) keeps 0; 256 MiB (8)
+        // gets 4; `>` fills the intervals after the last one named (torch 2.15).
         let mut expected = [8; ROUNDUP_INTERVALS];
         expected[7] = 0;
-        expected[8..].fill(1);
+        expected[8] = 4;
+        expected[9..].fill(1);
         assert_eq!(c.roundup_power2_divisions, expected);
         assert_eq!(c.divisions_for(1 << 20), 8);
         assert_eq!(c.divisions_for(100 << 20), 8);
         assert_eq!(c.divisions_for(130 << 20), 0);
-        assert_eq!(c.divisions_for(300 << 20), 1);
+        assert_eq!(c.divisions_for(300 << 20), 4);
         assert_eq!(c.divisions_for(1 << 40), 1);
         let c = AllocatorConfig::parse("roundup_power2_divisions:[1:2, 2:4]").unwrap();
         assert_eq!(c.divisions_for(1 << 20), 2);
@@ -499,20 +634,45 @@ mod tests {
     }
 
     #[test]
-    fn a_new_setting_string_resets_three_options_as_torch_does() {
+    fn a_new_setting_string_resets_four_options_as_torch_does() {
         let mut c = AllocatorConfig::parse(
-            "max_split_size_mb:64,expandable_segments:True,max_non_split_rounding_mb:40",
+            "max_split_size_mb:64,expandable_segments:True,max_non_split_rounding_mb:40,\
+             large_segment_size_mb:30",
         )
         .unwrap();
         c.apply("garbage_collection_threshold:0.5").unwrap();
         assert_eq!(c.max_split_size, usize::MAX);
         assert!(c.expandable_segments, "expandable_segments is kept");
-        assert_eq!(c.max_non_split_rounding_size, 40 << 20);
-        assert!(c.apply("max_split_size_mb:1").is_err());
+        assert_eq!(
+            c.large_segment_size,
+            30 << 20,
+            "large_segment_size_mb is kept"
+        );
+        assert_eq!(
+            c.max_non_split_rounding_size,
+            30 << 20,
+            "max_non_split_rounding_mb goes back to large_segment_size_mb"
+        );
+        assert!(c.apply("max_split_size_mb:29").is_err());
         assert_eq!(
             c.garbage_collection_threshold, 0.5,
             "an error changes nothing"
         );
+    }
+
+    #[test]
+    fn large_segment_size_mb_is_read_first_and_bounds_two_options() {
+        let err = AllocatorConfig::parse("max_split_size_mb:39,large_segment_size_mb:40")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid GPUMEM_ALLOC_CONF option max_split_size_mb: CachingAllocator option \
+             max_split_size_mb too small, must be >= 40"
+        );
+        let c = AllocatorConfig::parse("large_segment_size_mb:40,max_split_size_mb:40").unwrap();
+        assert_eq!(c.large_segment_size, 40 << 20);
+        assert_eq!(c.max_non_split_rounding_size, 40 << 20);
     }
 
     #[test]
@@ -523,8 +683,8 @@ mod tests {
                 "max_split_size_mb: \"abc\" is not a whole number",
             ),
             (
-                "max_split_size_mb:20",
-                "max_split_size_mb too small, must be > 20",
+                "max_split_size_mb:19",
+                "max_split_size_mb too small, must be >= 20",
             ),
             (
                 "max_non_split_rounding_mb:19",
@@ -532,42 +692,26 @@ mod tests {
             ),
             (
                 "roundup_power2_divisions:3",
-                "divisons has to be power of 2, got 3",
+                "the divisions has to be power of 2 ",
             ),
-            (
-                "roundup_power2_divisions:0",
-                "divisons has to be power of 2, got 0",
-            ),
-            (
-                "roundup_power2_divisions:[64:3]",
-                "power of 2 or 0 to disable roundup, got 3",
-            ),
+            ("roundup_power2_divisions:[64:3]", "or 0 to disable roundup"),
             (
                 "roundup_power2_divisions:[63:4]",
-                "intervals have to be power of 2, got 63",
+                "intervals have to be power of 2",
             ),
-            ("roundup_power2_divisions:[64:4", "no closing ]"),
+            ("roundup_power2_divisions:[64:4", "value is complete"),
             (
                 "garbage_collection_threshold:1.5",
-                "too big, set it 0.0~1.0",
+                "garbage_collect_threshold is invalid, set it in (0.0, 1.0)",
             ),
             (
-                "garbage_collection_threshold:0",
-                "too small, set it 0.0~1.0",
+                "cheese:1",
+                "Unrecognized key 'cheese' in Accelerator allocator config.",
             ),
-            ("cheese:1", "Unrecognized CachingAllocator option: cheese"),
-            ("max_split_size_mb", "expected : at the end"),
-            (
-                "max_split_size_mb:",
-                "Error, expecting max_split_size_mb value",
-            ),
+            ("max_split_size_mb", "value is complete"),
             (
                 "expandable_segments:true",
-                "True/False argument for expandable_segments",
-            ),
-            (
-                "release_lock_on_cudamalloc:1",
-                "True/False argument for release_lock_on_cudamalloc",
+                "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got 'true'",
             ),
             (
                 "pinned_num_register_threads:3",
@@ -575,20 +719,29 @@ mod tests {
             ),
             (
                 "pinned_num_register_threads:256",
-                "less than or equal to 128",
+                "less than or equal to 128, got 256",
             ),
             ("backend:cudaMallocAsync", "native caching allocator only"),
             ("backend:magic", "Unknown allocator backend"),
+            ("throw_on_cudamalloc_oom:True", "early out-of-memory check"),
             (
-                "max_split_size_mb:64 expandable_segments:True",
-                "is not a whole number",
+                "per_process_memory_fraction:0.5",
+                "set_per_process_memory_fraction",
+            ),
+            (
+                "pinned_reserve_segment_size_mb:64",
+                "reserves no segment up front",
+            ),
+            (
+                "expandable_segments_reserve:0.5",
+                "does not model expandable_segments_reserve",
             ),
         ] {
             let err = AllocatorConfig::parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");
             let option = text.split(':').next().unwrap();
             assert!(
-                err.contains(option),
+                err.contains(&format!("option {option}:")),
                 "{text}: the error names the option: {err}"
             );
         }
@@ -598,11 +751,12 @@ mod tests {
     fn options_that_change_nothing_are_accepted_with_a_note() {
         let c = AllocatorConfig::parse(
             "backend:native,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,\
-             pinned_num_register_threads:8,pinned_use_background_threads:True",
+             pinned_num_register_threads:8,pinned_use_background_threads:True,\
+             graph_capture_record_stream_reuse:True,pinned_free_catch_all:True",
         )
         .unwrap();
         let notes = c.notes();
-        assert_eq!(notes.len(), 4, "{notes:?}");
+        assert_eq!(notes.len(), 6, "{notes:?}");
         assert!(notes[0].contains("no number changes"));
         assert_eq!(c.describe(), "torch's defaults");
     }

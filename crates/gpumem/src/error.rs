@@ -13,7 +13,7 @@ pub enum Error {
          Of the allocated memory {} is allocated by gpumem, and {} is reserved by gpumem but unallocated. \
          If reserved but unallocated memory is large try setting GPUMEM_ALLOC_CONF=expandable_segments:True \
          to avoid fragmentation.  See documentation for Memory Management  \
-         (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+         (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
         out_of_memory_on(device), format_size(*alloc_size), device_in_sentence(device),
         format_size(*total), format_size(*free),
         allowed.map(|a| format!("{} allowed; ", format_size(a))).unwrap_or_default(),

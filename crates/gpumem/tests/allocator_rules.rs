@@ -477,13 +477,14 @@ fn history_records_allocations_segments_and_ooms() {
             TraceAction::FreeCompleted,
             TraceAction::SegmentFree,
             TraceAction::Oom,
-            TraceAction::Snapshot
         ]
     );
-    // Each snapshot taken while recording adds a `snapshot` entry, as torch's.
+    // Each snapshot taken while recording adds a `snapshot` entry after reading the trace, as
+    // torch 2.15's `snapshot()`: the next snapshot shows it.
     let json = a.snapshot().to_json();
     let back = gpumem::Snapshot::from_json(&json).unwrap();
-    assert_eq!(back.trace.len(), 8);
+    assert_eq!(back.trace.len(), 7);
+    assert_eq!(back.trace[6].action, TraceAction::Snapshot);
     assert_eq!(back.trace[1].allocated, 512);
     assert_eq!(back.trace[1].reserved, 2 * MIB as u64);
 }
@@ -545,7 +546,93 @@ fn trace_entries_carry_the_requested_size_as_torchs_do() {
             (TraceAction::Alloc, 1000),
             (TraceAction::FreeRequested, 1000),
             (TraceAction::FreeCompleted, 1000),
-            (TraceAction::Snapshot, 0)
         ]
+    );
+}
+
+/// A stream's work that is already finished when the block is freed.
+struct Idle;
+
+impl gpumem::allocator::PendingUse for Idle {
+    fn is_done(&self) -> bool {
+        true
+    }
+    fn wait(&self) {}
+}
+
+/// torch 2.15's `free`: a block whose recorded streams are all idle still gets their events
+/// (`insert_events`) and stays active, in `active_bytes` and `requested_bytes`, until the next
+/// `malloc` processes the events (`process_events`).
+#[test]
+fn a_freed_block_with_idle_recorded_streams_stays_active_until_the_next_malloc() {
+    let a = allocator(GIB);
+    let b = a.malloc(1000, S0).unwrap();
+    a.free(b, vec![Box::new(Idle)]);
+    assert_eq!(stat(&a, "allocated_bytes.all.current"), 0);
+    assert_eq!(stat(&a, "active_bytes.all.current"), 1024);
+    assert_eq!(stat(&a, "requested_bytes.all.current"), 1000);
+    let next = a.malloc(512, S0).unwrap();
+    assert_eq!(
+        next.ptr, b.ptr,
+        "the malloc processed the events first, then reused the block"
+    );
+    assert_eq!(stat(&a, "active_bytes.all.current"), 512);
+    assert_eq!(stat(&a, "requested_bytes.all.current"), 512);
+    a.free(next, vec![]);
+}
+
+/// torch 2.15 counts `requested_bytes` down in `free_block`, not in `free`: while a side stream
+/// still works on a freed block its requested bytes stay, with its active bytes.
+#[test]
+fn requested_bytes_stay_while_a_side_stream_still_works() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct Flag(Arc<AtomicBool>);
+    impl gpumem::allocator::PendingUse for Flag {
+        fn is_done(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+        fn wait(&self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let a = allocator(GIB);
+    let done = Arc::new(AtomicBool::new(false));
+    let b = a.malloc(3000, S0).unwrap();
+    a.free(b, vec![Box::new(Flag(done.clone()))]);
+    let other = a.malloc(512, S0).unwrap();
+    assert_eq!(stat(&a, "requested_bytes.all.current"), 3000 + 512);
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(
+        stat(&a, "requested_bytes.all.current"),
+        3000 + 512,
+        "done, but no allocator call has processed the event yet"
+    );
+    let third = a.malloc(512, S0).unwrap();
+    assert_eq!(stat(&a, "requested_bytes.all.current"), 512 + 512);
+    a.free(other, vec![]);
+    a.free(third, vec![]);
+}
+
+/// torch 2.15's `snapshot()` reads the trace before the segments' snapshot records its own
+/// `snapshot` entry: `empty_cache(); _snapshot()` ends in `segment_free` (test_cuda.py's
+/// `test_memory_snapshot` reads the last entries the same way).
+#[test]
+fn empty_cache_then_snapshot_ends_in_segment_free() {
+    let a = allocator(GIB);
+    a.record_history(true);
+    let b = a.malloc(512, S0).unwrap();
+    a.free(b, vec![]);
+    a.empty_cache();
+    let trace = a.snapshot().trace;
+    assert_eq!(
+        trace.last().map(|e| e.action),
+        Some(TraceAction::SegmentFree)
+    );
+    assert_eq!(trace.last().map(|e| e.size), Some(2 * MIB as u64));
+    assert_eq!(
+        a.snapshot().trace.last().map(|e| e.action),
+        Some(TraceAction::Snapshot),
+        "the first snapshot's entry shows in the second"
     );
 }

@@ -41,8 +41,10 @@ fn roundup_power2_divisions_per_interval_rounds_each_size_by_its_own_interval() 
     assert_eq!(block_size(&a, 65 * MIB), 72 * MIB);
     // [128 MiB, 256 MiB) was never named: 0, so only the 512-byte rounding.
     assert_eq!(block_size(&a, 130 * MIB + 1), 130 * MIB + 512);
-    // `>:1` starts at 256 MiB (overriding its 4): 1 division is no rounding either.
-    assert_eq!(block_size(&a, 300 * MIB + 1), 300 * MIB + 512);
+    // [256 MiB, 512 MiB) keeps its 4: steps of 64 MiB (torch 2.15's `>` starts after it).
+    assert_eq!(block_size(&a, 300 * MIB + 1), 320 * MIB);
+    // `>:1` covers 512 MiB and up: 1 division is no rounding.
+    assert_eq!(block_size(&a, 600 * MIB + 1), 600 * MIB + 512);
 }
 
 #[test]

@@ -149,7 +149,7 @@ fn summary_and_stats_describe_the_same_state() {
     );
     let summary = dev.memory_summary();
     assert!(
-        summary.contains(&format!("gpumem memory summary, device {}", *dev)),
+        summary.contains("PyTorch CUDA memory summary, device ID 0 "),
         "{summary}"
     );
     assert!(

@@ -89,7 +89,7 @@ fn the_message_names_the_segment_size_and_keeps_torchs_order_and_units() {
          allocated by gpumem, and 2.00 MiB is reserved by gpumem but unallocated. If reserved \
          but unallocated memory is large try setting GPUMEM_ALLOC_CONF=expandable_segments:True to \
          avoid fragmentation.  See documentation for Memory Management  \
-         (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+         (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
     );
     match err {
         Error::OutOfMemory {
@@ -131,4 +131,21 @@ fn a_memory_fraction_adds_what_is_allowed() {
         ),
         "{text}"
     );
+}
+
+/// A buffer whose bytes exceed 1 EiB (here they overflow `usize`) is torch's `OutOfMemoryError`
+/// with torch 2.15's text, from the same guard as any request of 1 EiB or more, never a panic.
+#[test]
+fn a_buffer_of_more_than_1_eib_is_an_out_of_memory_error() {
+    let dev = gpumem::testing::device();
+    let allocated = dev.memory_allocated();
+    let err = dev.alloc::<f32>(1 << 62).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    assert!(matches!(err, Error::AllocationTooLarge { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with(". Tried to allocate more than 1EB memory."),
+        "{err}"
+    );
+    assert_eq!(dev.memory_allocated(), allocated, "nothing was allocated");
 }

@@ -327,7 +327,7 @@ fn what_if_with_a_bad_setting_names_it() {
     assert!(!output.status.success(), "{stdout}");
     assert!(
         stderr.contains("--alloc-conf \"max_split_size_mb:8\"")
-            && stderr.contains("max_split_size_mb too small, must be > 20"),
+            && stderr.contains("max_split_size_mb too small, must be >= 20"),
         "{stderr}"
     );
 }

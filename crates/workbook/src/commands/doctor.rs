@@ -247,7 +247,18 @@ fn describe_config(config: &AllocatorConfig) -> String {
     } else {
         "expandable_segments off"
     };
-    format!("{split}, {divisions}, {gc}, {expandable}")
+    let mut text = format!("{split}, {divisions}, {gc}, {expandable}");
+    if config.large_segment_size != gpumem::allocator::LARGE_BUFFER {
+        text.push_str(&format!(
+            ", large_segment_size {}",
+            format_bytes(config.large_segment_size as u64)
+        ));
+    }
+    // Options accepted as torch accepts them but without effect in gpumem, each with why.
+    for note in config.notes() {
+        text.push_str(&format!("; {note}"));
+    }
+    text
 }
 
 /// One `f32` on `dev`: 512 B allocated in a 2 MiB segment, then freed and released. True when
