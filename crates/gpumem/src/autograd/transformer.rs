@@ -10,7 +10,7 @@
 //! | [`Tensor::causal_mask`] | `MaskedFillBackward0` | torch: the boolean mask, a buffer made once and shared by every layer; here the mask is implicit: nothing |
 //! | [`Tensor::dropout`] | `NativeDropoutBackward0` | the 1-byte keep mask (CUDA's `native_dropout`; the CPU's `F.dropout` saves a mask of the input's type) |
 //! | [`Tensor::layer_norm`] | `NativeLayerNormBackward0` | the input, weight, bias, and `mean`, `rstd` in f32 (CUDA's `layer_norm` keeps them in the accumulate type; the CPU's in the input's) |
-//! | [`Tensor::heads`], [`Tensor::merge_heads`] | torch: `SplitWithSizesBackward0`, `ViewBackward0`, `TransposeBackward0`, `UnsafeViewBackward0` | nothing: torch's views, then the contiguous copy a `bmm` or `reshape` makes |
+//! | [`Tensor::heads`], [`Tensor::merge_heads`] | torch: `SplitWithSizesBackward0`, `ViewBackward0`, `TransposeBackward0`, `UnsafeViewBackward0` | nothing: torch's views, then the copy `matmul`'s or the layer's `reshape` makes |
 //! | [`sdpa`] with [`AttentionBackend::Math`] | the ops above | two `s × s` matrices and a 1-byte mask per head |
 //! | [`sdpa`] with [`AttentionBackend::Flash`] | `ScaledDotProductFlashAttentionBackward0` | q, k, v, the output and a `[b, a, s]` f32 logsumexp |
 //! | [`sdpa`] with [`AttentionBackend::MemoryEfficient`] | `ScaledDotProductEfficientAttentionBackward0` | q, k, v, the output and a `[b, a, ⌈s/32⌉·32]` f32 logsumexp |
@@ -323,8 +323,9 @@ impl<T: Float> Tensor<T> {
     /// Part `part` of `parts` equal column groups of `[b, s, parts·h]`, split into `heads` heads
     /// as a new `[b·heads, s, h/heads]` tensor: q, k or v of a fused QKV output (`parts = 3`), or
     /// the heads of a `[b, s, h]` tensor (`parts = 1`). torch's `split`, `view` and `transpose`
-    /// are views; the copy here is the one its `bmm` makes of a non-contiguous operand (at
-    /// `b = 1` torch finds a strided view instead, and saves the whole QKV block: the same bytes).
+    /// are views; the copy here is the one its `matmul` makes when it reshapes them to
+    /// `[b·a, s, d]` for `bmm` (at `b = 1` that reshape is a view, and torch saves the whole QKV
+    /// block instead: the same bytes).
     /// Saves nothing.
     pub fn heads(&self, heads: usize, part: usize, parts: usize) -> Result<Tensor<T>> {
         const OP: &str = "heads";
