@@ -42,7 +42,8 @@ pub enum LayerNormStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionBackend {
     /// `SDPBackend.MATH`: the composite of bmm, scale, mask, softmax, dropout and bmm; saves the
-    /// softmax output and the dropout output (`s × s` each, per head) and the 1-byte mask.
+    /// softmax output and the dropout output (`s × s` each, per head) and the 1-byte mask, in the
+    /// inputs' type (torch 2.15's MATH run on the CPU with bf16 inputs computes, and saves, in f32).
     Math,
     /// `SDPBackend.FLASH_ATTENTION`: saves q, k, v, the output and a `[b·a, s]` f32 logsumexp.
     Flash,
