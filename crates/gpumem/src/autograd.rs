@@ -21,6 +21,10 @@
 //! | [`nll_loss`] | `NllLossBackward0` | the log-probabilities, the targets and a one-element `total_weight` |
 //! | [`cross_entropy`] | the two above | as the two above |
 //!
+//! A transformer layer's ops (3-D tensors, [`Tensor::bmm`], [`Tensor::softmax`],
+//! [`Tensor::dropout`], [`Tensor::layer_norm`], [`sdpa`], ...) have their own table in the
+//! `transformer` part of this module: see [`sdpa`] and [`AttentionBackend`].
+//!
 //! A saved tensor is a second handle on the same block, not a copy: saving costs memory only when
 //! the block would otherwise have been freed (a hidden activation that the next layer overwrote).
 //! The graph stays alive as long as any tensor that references it (the loss, an output, a running
@@ -37,9 +41,9 @@
 //! function uses even when none of its inputs requires grad. [`forward_ops`] counts the forward
 //! runs of each op on this thread, recomputation included.
 //!
-//! Differences from torch, each visible in the code: tensors are 2-D matrices, vectors or scalars
-//! without broadcasting; in-place ops take the handle and return it with its new history (other
-//! clones keep the old one); a saved tensor's version counter lives in its memory;
+//! Differences from torch, each visible in the code: tensors have at most 4 dimensions, are
+//! contiguous and do not broadcast; in-place ops take the handle and return it with its new
+//! history (other clones keep the old one); a saved tensor's version counter lives in its memory;
 //! `sum`'s backward materialises the gradient that torch keeps as an expanded view; the engine runs
 //! on the calling thread, latest node first, as torch's does on one device.
 //!
@@ -58,6 +62,11 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::marker::PhantomData;
 use std::rc::Rc;
+
+mod transformer;
+pub use transformer::{
+    Attention, AttentionBackend, GptLayer, LAYER_NORM_EPS, LayerNormStats, LayerPlan, lse_len, sdpa,
+};
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
@@ -188,6 +197,10 @@ enum Saved<T: Float> {
     Value(Buffer<T>),
     /// Class indices (the targets of [`nll_loss`]).
     Index(Buffer<i64>),
+    /// A 1-byte mask (dropout's, as CUDA's `native_dropout` keeps it).
+    Mask(Buffer<u8>),
+    /// f32 statistics of a half-precision op (LayerNorm's mean and rstd, attention's logsumexp).
+    Stats(Buffer<f32>),
 }
 
 impl<T: Float> Clone for Saved<T> {
@@ -196,6 +209,8 @@ impl<T: Float> Clone for Saved<T> {
         match self {
             Saved::Value(b) => Saved::Value(share(b)),
             Saved::Index(b) => Saved::Index(share(b)),
+            Saved::Mask(b) => Saved::Mask(share(b)),
+            Saved::Stats(b) => Saved::Stats(share(b)),
         }
     }
 }
@@ -204,14 +219,18 @@ impl<T: Float> Saved<T> {
     fn value(&self) -> Result<&Buffer<T>> {
         match self {
             Saved::Value(b) => Ok(b),
-            Saved::Index(_) => Err(autograd_error("internal: a saved value is an index buffer")),
+            _ => Err(autograd_error(
+                "internal: a saved value is not a value buffer",
+            )),
         }
     }
 
     fn index(&self) -> Result<&Buffer<i64>> {
         match self {
             Saved::Index(b) => Ok(b),
-            Saved::Value(_) => Err(autograd_error("internal: saved targets are a value buffer")),
+            _ => Err(autograd_error(
+                "internal: saved targets are not an index buffer",
+            )),
         }
     }
 
@@ -223,6 +242,11 @@ impl<T: Float> Saved<T> {
                 b.version(),
                 torch_type_name(DType::F32, b).replace("Float", "Long"),
             ),
+            Saved::Mask(b) => (
+                b.version(),
+                torch_type_name(DType::F32, b).replace("Float", "Bool"),
+            ),
+            Saved::Stats(b) => (b.version(), torch_type_name(DType::F32, b)),
         }
     }
 
@@ -231,6 +255,8 @@ impl<T: Float> Saved<T> {
         match self {
             Saved::Value(b) => (b.ptr(), b.block_bytes()),
             Saved::Index(b) => (b.ptr(), b.block_bytes()),
+            Saved::Mask(b) => (b.ptr(), b.block_bytes()),
+            Saved::Stats(b) => (b.ptr(), b.block_bytes()),
         }
     }
 }
@@ -330,11 +356,11 @@ impl<T: Float> Tensor<T> {
     /// A tensor over `data` with `shape` (`[]` is a scalar, `[n]` a vector, `[rows, cols]` a matrix);
     /// a leaf that does not require grad.
     pub fn from_buffer(data: Buffer<T>, shape: &[usize]) -> Result<Tensor<T>> {
-        if shape.len() > 2 {
+        if shape.len() > 4 {
             return Err(invalid(
                 "Tensor::from_buffer",
                 data.device(),
-                format!("shape {shape:?}: tensors here have at most 2 dimensions"),
+                format!("shape {shape:?}: tensors here have at most 4 dimensions"),
             ));
         }
         let n = numel(shape).ok_or_else(|| {

@@ -11,6 +11,9 @@
 //!   reductions to a one-element device buffer, ...): the same two paths.
 //! - Optimizer and in-place kernels ([`sqrt`], [`addcmul`], [`addcdiv`], [`add_scalar`],
 //!   [`mul_in_place`], [`relu_in_place`]) for [`crate::optim`] and `Tensor::add_` and friends.
+//! - A transformer layer's kernels (`attention`): [`bmm`], [`softmax`], [`causal_mask`],
+//!   [`dropout_mask`] (1 byte per element), LayerNorm with f32 statistics, head copies, and a
+//!   memory-efficient attention ([`sdpa_forward`]) that stores no `s × s` matrix.
 //! - A tiny model: [`Linear`] layers, [`Mlp`], [`mse_loss`], hand-written backward, SGD.
 //!
 //! Conventions, the same on both devices:
@@ -28,6 +31,7 @@
 //! - Bad arguments (lengths that do not match the shape, buffers of different devices) are errors,
 //!   never panics.
 
+mod attention;
 pub(crate) mod cuda;
 mod elementwise;
 mod gemm;
@@ -36,6 +40,11 @@ mod model;
 mod optim;
 mod random;
 
+pub use attention::{
+    HeadLayout, SDPA_MAX_HEAD_DIM, SdpaShape, bmm, causal_mask, dropout_apply, dropout_keeps,
+    dropout_mask, heads_to_rows, layer_norm_apply, layer_norm_backward, layer_norm_stats,
+    rows_to_heads, sdpa_backward, sdpa_forward, softmax, softmax_backward,
+};
 pub use elementwise::{
     add_bias, axpy, cast, col_sum_into, mse_loss, mse_loss_backward, relu, relu_backward, scale,
     sum, unscale_and_check, zero,

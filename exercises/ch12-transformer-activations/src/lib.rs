@@ -1,0 +1,144 @@
+//! Chapter 12: what a transformer layer keeps.
+//!
+//! Korthikanti et al. count one GPT layer's saved activations as `s·b·h·(34 + 5·a·s/h)` bytes.
+//! Write the layer's forward pass with gpumem's ops, predict what it keeps term by term, measure
+//! it with `memory_allocated`, remove the `5·a·s²·b` term two ways, and set torch 2.15's own bytes
+//! beside the paper's.
+//!
+//! Replace each `todo!()` (look for `// TODO`), then run
+//! `cargo test -p ch12-transformer-activations`. `gpumem::autograd` has the ops (`linear`,
+//! `Tensor::layer_norm`, `Tensor::heads`, `sdpa`, `Tensor::dropout`, `Tensor::gelu`, ...),
+//! `checkpoint`, and `GptLayer` with its parameters; `dev.memory_allocated()` counts the blocks
+//! alive.
+//!
+//! Parameters start with `_` only so that the unsolved crate builds without warnings: remove the
+//! `_` when you use one.
+
+#[allow(unused_imports)] // what the exercises need; the stubs do not use it yet
+use gpumem::autograd::{
+    Attention, AttentionBackend, GptLayer, LAYER_NORM_EPS, LayerNormStats, LayerPlan, Tensor,
+    checkpoint, linear, lse_len, sdpa,
+};
+use gpumem::ops::XorShift;
+use gpumem::{Device, Result, bf16};
+
+// ANCHOR: given
+/// One layer's sizes, in the paper's letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Sequence length s.
+    pub s: u64,
+    /// Micro-batch b.
+    pub b: u64,
+    /// Hidden size h.
+    pub h: u64,
+    /// Attention heads a.
+    pub a: u64,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "s={} b={} h={} a={}", self.s, self.b, self.h, self.a)
+    }
+}
+
+/// A layer of hidden size `h` and `a` heads in bf16, cast from f32 master weights (chapter 6).
+pub fn bf16_layer(dev: &Device, h: usize, a: usize, rng: &mut XorShift) -> Result<GptLayer<bf16>> {
+    GptLayer::<f32>::new(dev, h, a, rng)?.cast()
+}
+
+/// A random `[b, s, h]` bf16 input that requires grad, as the previous layer's output would.
+pub fn layer_input(dev: &Device, shape: Shape, rng: &mut XorShift) -> Result<Tensor<bf16>> {
+    let dims = [shape.b, shape.s, shape.h].map(|d| d as usize);
+    Tensor::uniform(dev, &dims, -1.0, 1.0, rng)?.requires_grad_(true)
+}
+
+/// One term of the paper's count: what is saved, and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// What the tensor is ("softmax output", "GELU input", ...).
+    pub name: &'static str,
+    /// Its bytes.
+    pub bytes: u64,
+}
+// ANCHOR_END: given
+
+// ANCHOR: paper
+/// The paper's terms for one layer, one per saved tensor, in the order the forward pass saves
+/// them: 2-byte activations, 1-byte dropout masks. They add up to `s·b·h·(34 + 5·a·s/h)`.
+pub fn paper_terms(_shape: Shape) -> Vec<Term> {
+    // TODO: one Term per tensor the paper counts, in the order of the doc comment above; the
+    // bytes of the whole list are s·b·h·(34 + 5·a·s/h).
+    todo!("the paper's terms for {_shape}")
+}
+// ANCHOR_END: paper
+
+// ANCHOR: forward
+/// The layer's output `[b, s, h]` for `x` `[b, s, h]`, built from gpumem's ops as the plan says:
+/// `x + drop(proj(attn(ln1(x))))`, then `x + drop(fc2(gelu(fc1(ln2(x)))))`, with the attention
+/// causal, its core (`sdpa`) checkpointed when `plan.checkpoint_core`, and the three dropouts
+/// seeded by `plan.seeds()` in order.
+pub fn layer_forward(
+    _layer: &GptLayer<bf16>,
+    _x: &Tensor<bf16>,
+    _plan: &LayerPlan,
+) -> Result<Tensor<bf16>> {
+    // TODO: LayerNorm, QKV, heads, sdpa (checkpointed if the plan says so), projection, dropout,
+    // residual; LayerNorm, fc1, GELU, fc2, dropout, residual.
+    todo!("the layer's forward pass under {_plan:?}")
+}
+// ANCHOR_END: forward
+
+// ANCHOR: measure
+/// What [`layer_forward`] leaves allocated above what was allocated before it, with its output
+/// held: the bytes the layer saves (its output stands in for its input, which it saves and which
+/// the caller holds anyway).
+pub fn measure_saved(_layer: &GptLayer<bf16>, _x: &Tensor<bf16>, _plan: &LayerPlan) -> Result<u64> {
+    // TODO: memory_allocated before and after layer_forward, the output held.
+    todo!("measure what the layer keeps under {_plan:?}")
+}
+// ANCHOR_END: measure
+
+// ANCHOR: predict
+/// The bytes `measure_saved` will measure for `shape` under `plan` (`plan.p > 0`): the paper's
+/// terms, each in its own block rounded up to 512 bytes, the `s × s` terms gone when the core is
+/// checkpointed or fused, a fused backend's f32 logsumexp, and the LayerNorms' f32 mean and rstd
+/// when they are kept.
+pub fn predict_saved(_shape: Shape, _plan: &LayerPlan) -> u64 {
+    // TODO: the paper's terms, each rounded up to a 512-byte block; then what the plan changes.
+    todo!("predict what a layer of {_shape} keeps under {_plan:?}")
+}
+// ANCHOR_END: predict
+
+// ANCHOR: longest
+/// The longest sequence `s` for which `layers` layers of `shape` (its `s` ignored) keep at most
+/// `budget` bytes under `plan`, by [`predict_saved`]; 0 if not even `s = 1` fits.
+pub fn longest_sequence(_budget: u64, _layers: u64, _shape: Shape, _plan: &LayerPlan) -> u64 {
+    // TODO: the largest s with layers × predict_saved(s) ≤ budget.
+    todo!("the longest sequence for {_layers} layers in {_budget} bytes")
+}
+// ANCHOR_END: longest
+
+// ANCHOR: torch
+/// torch 2.15's bytes for one layer, measured on the CPU and corrected for CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TorchOnCuda {
+    /// What torch saved on the CPU (bf16, the graph's distinct storages).
+    pub cpu: u64,
+    /// Bytes the CPU's bf16 dropout masks hold beyond CUDA's 1-byte ones.
+    pub mask_correction: u64,
+    /// Bytes CUDA's f32 LayerNorm statistics hold beyond the CPU's bf16 ones.
+    pub stats_correction: u64,
+    /// `cpu − mask_correction + stats_correction`: what torch keeps on CUDA.
+    pub cuda: u64,
+    /// `cuda` minus the paper's formula: the statistics the paper does not count.
+    pub over_paper: u64,
+}
+
+/// torch's CUDA bytes from its CPU bytes for `shape` (the layer of `conformance/transformer_layer.py`:
+/// three dropouts, two LayerNorms).
+pub fn torch_on_cuda(_shape: Shape, _cpu: u64) -> TorchOnCuda {
+    // TODO: the two corrections, CUDA's bytes, and what is left over the paper's formula.
+    todo!("torch's CUDA bytes for {_shape} from {_cpu} CPU bytes")
+}
+// ANCHOR_END: torch
