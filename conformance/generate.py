@@ -568,13 +568,17 @@ def optimizers(facts):
             opt.step()
         facts.add(name, "first step: parameter writes and the state existing at each",
                   events.order)
-        state = []
+        state, steps = [], []
         for i, p in enumerate(params):
             for k, v in sorted(opt.state.get(p, {}).items()):
-                if isinstance(v, torch.Tensor):
+                if k == "step":
+                    steps.append({"param": i, "device": v.device.type, "value": v.item()})
+                elif isinstance(v, torch.Tensor):
                     state.append({"param": i, "key": k, "bytes": v.untyped_storage().nbytes(),
-                                  "device": v.device.type, "dtype": dtype_name(v)})
-        facts.add(name, "state after the first step", state)
+                                  "dtype": dtype_name(v)})
+        facts.add(name, "state tensors after the first step", state)
+        if steps:
+            facts.add(name, "step counter after the first step", steps)
         for _ in range(2):
             for p, g in zip(params, grads):
                 p.grad = g.clone()
