@@ -151,3 +151,8 @@ fn errors_match_torch_2_15() {
     );
     c.finish();
 }
+
+#[test]
+fn the_books_table_of_simplifications_is_current() {
+    conformance_support::simplifications_table();
+}

@@ -52,6 +52,25 @@ pub fn simplifications() -> Vec<Simplification> {
     file.simplification
 }
 
+/// Checks (or, with `GPUMEM_BLESS=1`, writes) the book's table of every simplification.
+pub fn simplifications_table() {
+    let mut out = String::from(
+        "<!-- Written by crates/gpumem/tests/conformance_errors.rs from \
+         conformance/simplifications.toml; GPUMEM_BLESS=1 rewrites it. -->\n\n\
+         | area | scenario | fact | why gpumem does not compare it |\n|---|---|---|---|\n",
+    );
+    for s in simplifications() {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            escape(&s.area),
+            escape(&s.scenario),
+            escape(&s.fact),
+            escape(&s.reason)
+        ));
+    }
+    compare_or_bless("book/src/conformance/simplifications.md", &out);
+}
+
 /// What one fact came to.
 enum Outcome {
     Match(Value),
