@@ -1630,7 +1630,34 @@ where
     T: Float,
     F: Fn(&[Tensor<T>]) -> Result<Tensor<T>> + 'static,
 {
+    checkpoint_with(f, inputs, Reentrant::No)
+}
+
+/// Which of torch's two checkpoint implementations (`use_reentrant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reentrant {
+    /// `use_reentrant=False`, the variant torch 2.15 recommends (and [`checkpoint`]'s): the graph
+    /// keeps the nodes inside the region, and parameters get gradients even when no input
+    /// requires grad.
+    No,
+    /// `use_reentrant=True`, torch 2.15's default when the argument is left out (with a
+    /// warning): one `CheckpointFunctionBackward` node for the region; when no input requires
+    /// grad the output does not either, and the parameters inside get no gradient (torch warns
+    /// "None of the inputs have requires_grad=True. Gradients will be None").
+    Yes,
+}
+
+/// [`checkpoint`] with torch's `use_reentrant` choice.
+pub fn checkpoint_with<T, F>(f: F, inputs: &[Tensor<T>], reentrant: Reentrant) -> Result<Tensor<T>>
+where
+    T: Float,
+    F: Fn(&[Tensor<T>]) -> Result<Tensor<T>> + 'static,
+{
     if !is_grad_enabled() {
+        return f(inputs);
+    }
+    if reentrant == Reentrant::Yes && !inputs.iter().any(Tensor::requires_grad) {
+        let _no_grad = no_grad();
         return f(inputs);
     }
     let out = {
@@ -1674,8 +1701,12 @@ where
     // outer checkpoint runs this one again in its own backward.
     // The output requires grad because f's did, even when no input does (then the node has no
     // edges and its backward reaches the parameters through f's own graph).
+    let name = match reentrant {
+        Reentrant::No => "CheckpointBackward",
+        Reentrant::Yes => "CheckpointFunctionBackward",
+    };
     let out = Tensor::with_node(
-        "CheckpointBackward",
+        name,
         data,
         shape,
         &input_refs,
@@ -1705,7 +1736,9 @@ where
                 .collect())
         }),
     );
-    if let Some(node) = &out.inner.grad_fn {
+    if let Some(node) = &out.inner.grad_fn
+        && reentrant == Reentrant::No
+    {
         *node.region.borrow_mut() = Some(region);
     }
     Ok(out)
@@ -1724,6 +1757,16 @@ pub fn checkpoint_sequential<T: Float>(
     segments: usize,
     input: &Tensor<T>,
 ) -> Result<Tensor<T>> {
+    checkpoint_sequential_with(layers, segments, input, Reentrant::No)
+}
+
+/// [`checkpoint_sequential`] with torch's `use_reentrant` choice.
+pub fn checkpoint_sequential_with<T: Float>(
+    layers: &[Layer<T>],
+    segments: usize,
+    input: &Tensor<T>,
+    reentrant: Reentrant,
+) -> Result<Tensor<T>> {
     if segments == 0 || segments > layers.len() {
         return Err(invalid(
             "checkpoint_sequential",
@@ -1738,9 +1781,10 @@ pub fn checkpoint_sequential<T: Float>(
     let mut x = input.clone();
     for s in 0..segments - 1 {
         let segment: Vec<Layer<T>> = layers[s * size..(s + 1) * size].to_vec();
-        x = checkpoint(
+        x = checkpoint_with(
             move |inputs: &[Tensor<T>]| run_layers(&segment, &inputs[0]),
             std::slice::from_ref(&x),
+            reentrant,
         )?;
     }
     run_layers(&layers[(segments - 1) * size..], &x)
