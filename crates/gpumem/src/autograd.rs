@@ -570,10 +570,13 @@ impl<T: Float> Tensor<T> {
     /// The name of the node that made this tensor (`tensor.grad_fn`), such as `"ReluBackward0"`;
     /// for a [`checkpoint`]'s output, the last node inside it, as in torch's `use_reentrant=False`.
     pub fn grad_fn_name(&self) -> Option<&'static str> {
-        self.inner.grad_fn.as_ref().map(|n| match &*n.region.borrow() {
-            Some(region) => region.names.first().copied().unwrap_or(n.name),
-            None => n.name,
-        })
+        self.inner
+            .grad_fn
+            .as_ref()
+            .map(|n| match &*n.region.borrow() {
+                Some(region) => region.names.first().copied().unwrap_or(n.name),
+                None => n.name,
+            })
     }
 
     /// The accumulated gradient of a leaf (`tensor.grad`): the same memory, not a copy.
@@ -659,7 +662,10 @@ impl<T: Float> Tensor<T> {
     /// it reaches first. A [`checkpoint`] region shows the nodes torch keeps inside it
     /// (`use_reentrant=False`), not a node of its own.
     pub fn graph_nodes(&self) -> Vec<&'static str> {
-        let region = region_below(self.inner.grad_fn.iter().cloned().collect(), &HashSet::new());
+        let region = region_below(
+            self.inner.grad_fn.iter().cloned().collect(),
+            &HashSet::new(),
+        );
         let mut names = region.names;
         // Leaves reached by the root itself when it is a leaf do not count: it has no node.
         names.extend(region.leaves.iter().map(|_| "AccumulateGrad"));
@@ -1686,8 +1692,11 @@ where
         }
     }
     let mut region = region_below(out.inner.grad_fn.iter().cloned().collect(), &stop);
-    let input_leaves: HashSet<*const Inner<T>> = inputs.iter().map(|t| Rc::as_ptr(&t.inner)).collect();
-    region.leaves.retain(|leaf| !input_leaves.contains(&Rc::as_ptr(leaf)));
+    let input_leaves: HashSet<*const Inner<T>> =
+        inputs.iter().map(|t| Rc::as_ptr(&t.inner)).collect();
+    region
+        .leaves
+        .retain(|leaf| !input_leaves.contains(&Rc::as_ptr(leaf)));
     drop(out); // the inner graph saved nothing; only its edges to the parameters go with it
     let needs: Vec<bool> = inputs.iter().map(Tensor::requires_grad).collect();
     let input_shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();

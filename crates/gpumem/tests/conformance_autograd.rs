@@ -66,7 +66,9 @@ fn ops() -> Vec<(&'static str, Build)> {
             let ptr = t.data().ptr();
             (autograd::mse_loss(x, &t).unwrap(), vec![("target", ptr)])
         }),
-        ("log_softmax", |_, x, _| (autograd::log_softmax(x).unwrap(), vec![])),
+        ("log_softmax", |_, x, _| {
+            (autograd::log_softmax(x).unwrap(), vec![])
+        }),
         ("nll_loss", |dev, x, _| {
             let c = classes(dev);
             let ptr = c.ptr();
@@ -75,14 +77,23 @@ fn ops() -> Vec<(&'static str, Build)> {
         ("cross_entropy", |dev, x, _| {
             let c = classes(dev);
             let ptr = c.ptr();
-            (autograd::cross_entropy(x, &c).unwrap(), vec![("targets", ptr)])
+            (
+                autograd::cross_entropy(x, &c).unwrap(),
+                vec![("targets", ptr)],
+            )
         }),
-        ("add_ (on a clone)", |_, x, y| (x.copy().unwrap().add_(y).unwrap(), vec![])),
-        ("mul_ (on a clone)", |_, x, y| (x.copy().unwrap().mul_(y).unwrap(), vec![])),
+        ("add_ (on a clone)", |_, x, y| {
+            (x.copy().unwrap().add_(y).unwrap(), vec![])
+        }),
+        ("mul_ (on a clone)", |_, x, y| {
+            (x.copy().unwrap().mul_(y).unwrap(), vec![])
+        }),
         ("mul_ scalar (on a clone)", |_, x, _| {
             (x.copy().unwrap().mul_scalar_(2.0).unwrap(), vec![])
         }),
-        ("relu_ (on a clone)", |_, x, _| (x.copy().unwrap().relu_().unwrap(), vec![])),
+        ("relu_ (on a clone)", |_, x, _| {
+            (x.copy().unwrap().relu_().unwrap(), vec![])
+        }),
     ]
 }
 
@@ -106,8 +117,18 @@ fn autograd_matches_torch_2_15() {
         c.check(&scenario, "saved", saved(&out, &operands, &[]));
     }
     let linears: [(&str, bool, bool, Option<bool>); 3] = [
-        ("linear (x, weight, bias require grad)", true, true, Some(true)),
-        ("linear (weight and bias require grad)", false, true, Some(true)),
+        (
+            "linear (x, weight, bias require grad)",
+            true,
+            true,
+            Some(true),
+        ),
+        (
+            "linear (weight and bias require grad)",
+            false,
+            true,
+            Some(true),
+        ),
         ("linear (x requires grad, no bias)", true, false, None),
     ];
     for (name, need_x, need_w, need_b) in linears {

@@ -31,7 +31,11 @@ fn checkpointing_matches_torch_2_15() {
                 let label = if segments == 0 {
                     "no checkpoint".to_string()
                 } else {
-                    let batch = if reentrant { " (the batch requires grad)" } else { "" };
+                    let batch = if reentrant {
+                        " (the batch requires grad)"
+                    } else {
+                        ""
+                    };
                     format!(
                         "checkpoint_sequential {segments} segments use_reentrant={}{batch}",
                         if reentrant { "True" } else { "False" }
@@ -63,7 +67,11 @@ fn checkpointing_matches_torch_2_15() {
                 let out = if segments == 0 {
                     layers.iter().try_fold(batch.clone(), |x, l| l(&x)).unwrap()
                 } else {
-                    let variant = if reentrant { Reentrant::Yes } else { Reentrant::No };
+                    let variant = if reentrant {
+                        Reentrant::Yes
+                    } else {
+                        Reentrant::No
+                    };
                     autograd::checkpoint_sequential_with(&layers, segments, &batch, variant)
                         .unwrap()
                 };

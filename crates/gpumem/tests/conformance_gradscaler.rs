@@ -23,13 +23,21 @@ fn the_chapters_grad_scaler_matches_torch_2_15() {
     c.check(
         "GradScaler() defaults",
         "init_scale, growth_factor, backoff_factor, growth_interval",
-        json!([s.scale, s.growth_factor, s.backoff_factor, s.growth_interval]),
+        json!([
+            s.scale,
+            s.growth_factor,
+            s.backoff_factor,
+            s.growth_interval
+        ]),
     );
     let script = [
         "clean", "clean", "clean", "inf", "clean", "nan", "clean", "clean", "clean", "clean",
     ];
     let mut scaler = GradScaler::with_settings(1024.0, 2.0, 0.5, 3);
-    let mut grads = Mlp::new(&dev, &[4, 1], &mut rng).unwrap().zero_grads().unwrap();
+    let mut grads = Mlp::new(&dev, &[4, 1], &mut rng)
+        .unwrap()
+        .zero_grads()
+        .unwrap();
     let (mut scales, mut trackers, mut skipped) = (vec![], vec![], vec![]);
     for kind in script {
         // torch's script: every gradient equals the scale, one inf or NaN where the step says.
@@ -48,11 +56,18 @@ fn the_chapters_grad_scaler_matches_torch_2_15() {
     }
     let scenario = format!("growth_interval=3, init 1024: {}", script.join(" "));
     c.check(&scenario, "scale after each update", json!(scales));
-    c.check(&scenario, "growth tracker after each update", json!(trackers));
+    c.check(
+        &scenario,
+        "growth tracker after each update",
+        json!(trackers),
+    );
     c.check(&scenario, "optimizer step skipped", json!(skipped));
 
     let mut scaler = GradScaler::with_settings(8.0, 2.0, 0.5, 2000);
-    let mut grads = Mlp::new(&dev, &[4, 1], &mut rng).unwrap().zero_grads().unwrap();
+    let mut grads = Mlp::new(&dev, &[4, 1], &mut rng)
+        .unwrap()
+        .zero_grads()
+        .unwrap();
     grads.layers[0]
         .weight
         .copy_from_slice(&[8.0, 4.0, 2.0, 1.0])
@@ -67,7 +82,10 @@ fn the_chapters_grad_scaler_matches_torch_2_15() {
     c.not_modelled("update without a step", "error");
 
     let mut scaler = GradScaler::with_settings(2f32.powi(127), 2.0, 0.5, 1);
-    let mut grads = Mlp::new(&dev, &[4, 1], &mut rng).unwrap().zero_grads().unwrap();
+    let mut grads = Mlp::new(&dev, &[4, 1], &mut rng)
+        .unwrap()
+        .zero_grads()
+        .unwrap();
     scaler.step(&mut grads, |_| Ok(())).unwrap();
     scaler.update();
     c.check(

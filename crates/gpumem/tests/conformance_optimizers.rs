@@ -74,7 +74,11 @@ fn make(name: &str, params: Vec<Tensor>) -> Box<dyn Optimizer<f32>> {
         "SGD lr=0.1 momentum=0.9 nesterov" => sgd(0.9, 0.0, true, 0.0),
         "SGD lr=0.1 momentum=0.9 weight_decay=0.01" => sgd(0.9, 0.0, false, 0.01),
         "Adam lr=0.1" | "Adam lr=0.1 weight_decay=0.01" => {
-            let weight_decay = if base.contains("weight_decay") { 0.01 } else { 0.0 };
+            let weight_decay = if base.contains("weight_decay") {
+                0.01
+            } else {
+                0.0
+            };
             let o = AdamOptions {
                 lr: 0.1,
                 weight_decay,
@@ -124,11 +128,21 @@ fn optimizers_match_torch_2_15() {
                     } else {
                         Implementation::ForLoop
                     },
-                    weight_decay: if base.contains("weight_decay") { 0.01 } else { 0.0 },
+                    weight_decay: if base.contains("weight_decay") {
+                        0.01
+                    } else {
+                        0.0
+                    },
                     ..AdamOptions::default()
                 };
                 let mut adam = if base.starts_with("AdamW") {
-                    Adam::adamw(ps.clone(), AdamOptions { weight_decay: 0.01, ..o })
+                    Adam::adamw(
+                        ps.clone(),
+                        AdamOptions {
+                            weight_decay: 0.01,
+                            ..o
+                        },
+                    )
                 } else {
                     Adam::new(ps.clone(), o)
                 }
@@ -182,30 +196,60 @@ fn optimizers_match_torch_2_15() {
     c.check(
         "torch.optim.Adam defaults",
         "lr, betas, eps, weight_decay",
-        json!([decimal(a.lr), [decimal(a.betas.0), decimal(a.betas.1)], decimal(a.eps), decimal(a.weight_decay)]),
+        json!([
+            decimal(a.lr),
+            [decimal(a.betas.0), decimal(a.betas.1)],
+            decimal(a.eps),
+            decimal(a.weight_decay)
+        ]),
     );
     let a = AdamOptions::adamw();
     c.check(
         "torch.optim.AdamW defaults",
         "lr, betas, eps, weight_decay",
-        json!([decimal(a.lr), [decimal(a.betas.0), decimal(a.betas.1)], decimal(a.eps), decimal(a.weight_decay)]),
+        json!([
+            decimal(a.lr),
+            [decimal(a.betas.0), decimal(a.betas.1)],
+            decimal(a.eps),
+            decimal(a.weight_decay)
+        ]),
     );
     let s = SgdOptions::default();
     c.check(
         "torch.optim.SGD defaults",
         "lr, momentum, dampening, weight_decay, nesterov",
-        json!([decimal(s.lr), decimal(s.momentum), decimal(s.dampening), decimal(s.weight_decay), s.nesterov]),
+        json!([
+            decimal(s.lr),
+            decimal(s.momentum),
+            decimal(s.dampening),
+            decimal(s.weight_decay),
+            s.nesterov
+        ]),
     );
     for set_to_none in [true, false] {
         let ps = params(&dev, [&[3, 4], &[4]]);
-        let opt = Sgd::new(ps.clone(), SgdOptions { lr: 0.1, ..SgdOptions::default() }).unwrap();
+        let opt = Sgd::new(
+            ps.clone(),
+            SgdOptions {
+                lr: 0.1,
+                ..SgdOptions::default()
+            },
+        )
+        .unwrap();
         set_grads(&dev, &ps);
         opt.zero_grad(set_to_none).unwrap();
         let grads: Vec<Value> = ps
             .iter()
             .map(|p| p.grad().map_or(Value::Null, |g| json!(g.to_vec().unwrap())))
             .collect();
-        c.check(&format!("zero_grad(set_to_none={})", if set_to_none { "True" } else { "False" }), "grads", grads);
+        c.check(
+            &format!(
+                "zero_grad(set_to_none={})",
+                if set_to_none { "True" } else { "False" }
+            ),
+            "grads",
+            grads,
+        );
     }
     c.not_modelled("foreach=None (the default)", "devices that get for-each");
     c.not_modelled("foreach=None (the default)", "cpu tensors get for-each");
@@ -220,13 +264,23 @@ fn optimizers_match_torch_2_15() {
         let o = AdamOptions {
             lr: 0.1,
             implementation: Implementation::ForLoop,
-            ..if adamw { AdamOptions::adamw() } else { AdamOptions::default() }
+            ..if adamw {
+                AdamOptions::adamw()
+            } else {
+                AdamOptions::default()
+            }
         };
-        let mut opt = if adamw { Adam::adamw(ps.clone(), o) } else { Adam::new(ps.clone(), o) }.unwrap();
+        let mut opt = if adamw {
+            Adam::adamw(ps.clone(), o)
+        } else {
+            Adam::new(ps.clone(), o)
+        }
+        .unwrap();
         dev.empty_cache();
         let (_, total) = dev.mem_get_info().unwrap();
         let allowed = dev.memory_reserved() + 3 * (16 << 20) + (1 << 20);
-        dev.set_per_process_memory_fraction(allowed as f64 / total as f64).unwrap();
+        dev.set_per_process_memory_fraction(allowed as f64 / total as f64)
+            .unwrap();
         let failed = opt.step().is_err();
         dev.clear_per_process_memory_fraction();
         c.check(&scenario, "step fails", failed);

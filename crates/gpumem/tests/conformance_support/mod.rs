@@ -94,8 +94,8 @@ impl Conformance {
         let path = repo().join(format!("conformance/goldens/{area}.json"));
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        let golden: Golden =
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+        let golden: Golden = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
         assert_eq!(golden.area, area, "{} names another area", path.display());
         let index = golden
             .facts
@@ -279,10 +279,12 @@ fn same(torch: &Value, gpumem: &Value) -> bool {
             match (want, got) {
                 (Some(w), Some(g)) => {
                     w.len() == g.len()
-                        && w.iter().zip(g).all(|(a, b)| match (a.as_f64(), b.as_f64()) {
-                            (Some(a), Some(b)) => (a - b).abs() <= tol,
-                            _ => false,
-                        })
+                        && w.iter()
+                            .zip(g)
+                            .all(|(a, b)| match (a.as_f64(), b.as_f64()) {
+                                (Some(a), Some(b)) => (a - b).abs() <= tol,
+                                _ => false,
+                            })
                 }
                 _ => false,
             }
