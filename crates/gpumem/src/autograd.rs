@@ -77,6 +77,16 @@ thread_local! {
     static FORWARD_OPS: RefCell<HashMap<&'static str, u64>> = RefCell::new(HashMap::new());
 }
 
+/// torch 2.15's message for an inference tensor that backward would keep.
+fn inference_saved_error() -> Error {
+    autograd_error(
+        "Inference tensors cannot be saved for backward. Please do not use Tensors created in \
+         inference mode in computation tracked by autograd. To work around this, you can make a \
+         clone to get a normal tensor and use it in autograd, or use `torch.no_grad()` instead of \
+         `torch.inference_mode()`.",
+    )
+}
+
 fn autograd_error(message: impl Into<String>) -> Error {
     Error::Autograd {
         message: message.into(),
@@ -234,7 +244,7 @@ impl<T: Float> Saved<T> {
         }
     }
 
-    /// The memory's version counter now, and a description for the version error.
+    /// The memory's version counter now, and torch's type name for the version error.
     fn version(&self) -> (u64, String) {
         match self {
             Saved::Value(b) => (b.version(), torch_type_name(T::DTYPE, b)),
@@ -250,6 +260,20 @@ impl<T: Float> Saved<T> {
         }
     }
 
+    fn ptr(&self) -> u64 {
+        match self {
+            Saved::Value(b) => b.ptr(),
+            Saved::Index(b) => b.ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Saved::Value(b) => b.len(),
+            Saved::Index(b) => b.len(),
+        }
+    }
+
     /// (address, block bytes) of the memory.
     fn block(&self) -> (u64, usize) {
         match self {
@@ -257,6 +281,22 @@ impl<T: Float> Saved<T> {
             Saved::Index(b) => (b.ptr(), b.block_bytes()),
             Saved::Mask(b) => (b.ptr(), b.block_bytes()),
             Saved::Stats(b) => (b.ptr(), b.block_bytes()),
+        }
+    }
+
+    /// What [`Tensor::graph_saved`] reports.
+    fn described(&self) -> SavedTensor {
+        match self {
+            Saved::Value(b) => SavedTensor {
+                ptr: b.ptr(),
+                bytes: b.len() * T::DTYPE.size(),
+                dtype: T::DTYPE.torch_name(),
+            },
+            Saved::Index(b) => SavedTensor {
+                ptr: b.ptr(),
+                bytes: b.len() * std::mem::size_of::<i64>(),
+                dtype: "torch.int64",
+            },
         }
     }
 }
@@ -281,7 +321,90 @@ struct Node<T: Float> {
     saved: RefCell<SavedState<T>>,
     /// The version of each saved tensor when it was saved (checked when backward unpacks it).
     saved_versions: Vec<u64>,
+    /// What torch's message says of each saved tensor: its shape and, for an op's result or an
+    /// input made by an op, that op's name (`Relu` for `ReluBackward0`).
+    saved_descriptions: Vec<SavedDescription>,
+    /// The input that reaches this node through a transposed view (a linear's weight: torch's
+    /// `TBackward0` between `AddmmBackward0` and the weight's `AccumulateGrad`).
+    transposed_input: Cell<Option<usize>>,
+    /// For [`checkpoint`]'s node: the nodes torch keeps inside the region (`use_reentrant=False`
+    /// keeps them, with placeholders for what they save), and the leaves they reach.
+    region: RefCell<Option<Region<T>>>,
     backward: BackwardFn<T>,
+}
+
+/// The inner graph of a checkpointed region, as [`Tensor::graph_nodes`] shows it.
+struct Region<T: Float> {
+    names: Vec<&'static str>,
+    leaves: Vec<Rc<Inner<T>>>,
+}
+
+/// The nodes reachable from `roots` but not through `stop`, latest first, each followed by the
+/// `TBackward0` of a transposed input, then (in `leaves`) every leaf they reach, without repeats,
+/// each standing for one `AccumulateGrad` (torch makes one per leaf).
+fn region_below<T: Float>(roots: Vec<Rc<Node<T>>>, stop: &HashSet<*const Node<T>>) -> Region<T> {
+    let mut seen: HashSet<*const Node<T>> = HashSet::new();
+    let mut stack = roots;
+    let mut ordered = Vec::new();
+    while let Some(node) = stack.pop() {
+        let key = Rc::as_ptr(&node);
+        if stop.contains(&key) || !seen.insert(key) {
+            continue;
+        }
+        let mut names = Vec::new();
+        let mut leaves = Vec::new();
+        match &*node.region.borrow() {
+            Some(region) => {
+                names.extend(&region.names);
+                leaves.extend(region.leaves.iter().cloned());
+            }
+            None => names.push(node.name),
+        }
+        for (i, edge) in node.next.iter().enumerate() {
+            if node.transposed_input.get() == Some(i) && edge.is_some() {
+                names.push("TBackward0");
+            }
+            match edge {
+                Some(Edge::Leaf(leaf)) => leaves.push(leaf.clone()),
+                Some(Edge::Node(child)) => stack.push(child.clone()),
+                None => {}
+            }
+        }
+        ordered.push((node.sequence, names, leaves));
+    }
+    ordered.sort_by_key(|(sequence, _, _)| std::cmp::Reverse(*sequence));
+    let mut seen_leaves = HashSet::new();
+    let mut region = Region {
+        names: Vec::new(),
+        leaves: Vec::new(),
+    };
+    for (_, names, leaves) in ordered {
+        region.names.extend(names);
+        for leaf in leaves {
+            if seen_leaves.insert(Rc::as_ptr(&leaf)) {
+                region.leaves.push(leaf);
+            }
+        }
+    }
+    region
+}
+
+/// How torch's version error names a saved tensor.
+#[derive(Clone)]
+struct SavedDescription {
+    shape: Vec<usize>,
+    made_by: Option<&'static str>,
+}
+
+/// What a node keeps for backward, as [`Tensor::graph_saved`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedTensor {
+    /// The address of the memory (one entry per distinct memory).
+    pub ptr: u64,
+    /// Bytes of the tensor's elements (not of the allocator block holding them).
+    pub bytes: usize,
+    /// torch's name for the element type, such as `"torch.float32"` or `"torch.int64"`.
+    pub dtype: &'static str,
 }
 
 enum Edge<T: Float> {
@@ -414,10 +537,14 @@ impl<T: Float> Tensor<T> {
         Tensor::from_f32(dev, &rng.uniform_vec(n, low, high), shape)
     }
 
-    /// The same leaf with `requires_grad` set (`tensor.requires_grad_()`); an error for a tensor
-    /// made by an op, as in torch (use [`detach`](Self::detach) first).
+    /// The same leaf with `requires_grad` set (`tensor.requires_grad_()`). A tensor made by an op
+    /// already requires grad: `true` returns it unchanged and `false` is an error, as in torch
+    /// (use [`detach`](Self::detach) instead).
     pub fn requires_grad_(self, requires_grad: bool) -> Result<Tensor<T>> {
         if self.inner.grad_fn.is_some() {
+            if requires_grad {
+                return Ok(self);
+            }
             return Err(autograd_error(
                 "you can only change requires_grad flags of leaf variables. If you want to use a \
                  computed variable in a subgraph that doesn't require differentiation use \
@@ -466,9 +593,16 @@ impl<T: Float> Tensor<T> {
         self.inner.inference
     }
 
-    /// The name of the node that made this tensor (`tensor.grad_fn`), such as `"ReluBackward0"`.
+    /// The name of the node that made this tensor (`tensor.grad_fn`), such as `"ReluBackward0"`;
+    /// for a [`checkpoint`]'s output, the last node inside it, as in torch's `use_reentrant=False`.
     pub fn grad_fn_name(&self) -> Option<&'static str> {
-        self.inner.grad_fn.as_ref().map(|n| n.name)
+        self.inner
+            .grad_fn
+            .as_ref()
+            .map(|n| match &*n.region.borrow() {
+                Some(region) => region.names.first().copied().unwrap_or(n.name),
+                None => n.name,
+            })
     }
 
     /// The accumulated gradient of a leaf (`tensor.grad`): the same memory, not a copy.
@@ -529,12 +663,39 @@ impl<T: Float> Tensor<T> {
         blocks.values().sum()
     }
 
-    /// The names of the nodes reachable from this tensor, latest first.
-    pub fn graph_nodes(&self) -> Vec<&'static str> {
+    /// Every distinct memory saved for backward by the nodes reachable from this tensor, in the
+    /// order it was first saved (what `torch.autograd.graph.saved_tensors_hooks` packs, one entry
+    /// per storage).
+    pub fn graph_saved(&self) -> Vec<SavedTensor> {
         let mut nodes = Vec::new();
-        self.visit_nodes(|node| nodes.push((node.sequence, node.name)));
-        nodes.sort_by_key(|&(sequence, _)| std::cmp::Reverse(sequence));
-        nodes.into_iter().map(|(_, name)| name).collect()
+        self.visit_nodes(|node| {
+            if let SavedState::Live(saved) = &*node.saved.borrow() {
+                nodes.push((node.sequence, saved.iter().map(Saved::described).collect()));
+            }
+        });
+        nodes.sort_by_key(|(sequence, _): &(u64, Vec<SavedTensor>)| *sequence);
+        let mut seen = HashSet::new();
+        nodes
+            .into_iter()
+            .flat_map(|(_, saved)| saved)
+            .filter(|s| seen.insert(s.ptr))
+            .collect()
+    }
+
+    /// The names of the nodes of the graph reachable from this tensor, as torch's
+    /// `grad_fn.next_functions` walk finds them: the op nodes latest first, each followed by the
+    /// `TBackward0` of a linear's weight and the `AccumulateGrad` of each leaf that requires grad
+    /// it reaches first. A [`checkpoint`] region shows the nodes torch keeps inside it
+    /// (`use_reentrant=False`), not a node of its own.
+    pub fn graph_nodes(&self) -> Vec<&'static str> {
+        let region = region_below(
+            self.inner.grad_fn.iter().cloned().collect(),
+            &HashSet::new(),
+        );
+        let mut names = region.names;
+        // Leaves reached by the root itself when it is a leaf do not count: it has no node.
+        names.extend(region.leaves.iter().map(|_| "AccumulateGrad"));
+        names
     }
 
     fn visit_nodes(&self, mut visit: impl FnMut(&Node<T>)) {
@@ -611,13 +772,16 @@ impl<T: Float> Tensor<T> {
         if !is_grad_enabled() || !needs.iter().any(|&n| n) {
             return Ok(Tensor::leaf(data, shape, false));
         }
-        if inputs.iter().any(|t| t.is_inference()) {
-            return Err(autograd_error(
-                "Inference tensors cannot be saved for backward. To work around you can make a \
-                 clone to get a normal tensor and use it in autograd.",
-            ));
-        }
         let saved = save(&needs, &data);
+        // torch refuses an inference tensor only where backward would keep it.
+        let inference: HashSet<u64> = inputs
+            .iter()
+            .filter(|t| t.is_inference())
+            .map(|t| t.data().ptr())
+            .collect();
+        if saved.iter().any(|s| inference.contains(&s.ptr())) {
+            return Err(inference_saved_error());
+        }
         Ok(Tensor::with_node(
             name, data, shape, inputs, saved, backward,
         ))
@@ -634,6 +798,27 @@ impl<T: Float> Tensor<T> {
         backward: BackwardFn<T>,
     ) -> Tensor<T> {
         let saved_versions = saved.iter().map(|s| s.version().0).collect();
+        let saved_descriptions = saved
+            .iter()
+            .map(|s| {
+                if s.ptr() == data.ptr() {
+                    SavedDescription {
+                        shape: shape.clone(),
+                        made_by: Some(name),
+                    }
+                } else if let Some(t) = inputs.iter().find(|t| t.data().ptr() == s.ptr()) {
+                    SavedDescription {
+                        shape: t.shape().to_vec(),
+                        made_by: t.grad_fn_name(),
+                    }
+                } else {
+                    SavedDescription {
+                        shape: vec![s.len()],
+                        made_by: None,
+                    }
+                }
+            })
+            .collect();
         let saved = if DISCARD_SAVED.with(Cell::get) {
             SavedState::Discarded
         } else {
@@ -657,6 +842,9 @@ impl<T: Float> Tensor<T> {
             next,
             saved: RefCell::new(saved),
             saved_versions,
+            saved_descriptions,
+            transposed_input: Cell::new(None),
+            region: RefCell::new(None),
             backward,
         });
         Tensor {
@@ -899,7 +1087,7 @@ impl<T: Float> Tensor<T> {
     /// `self += other` in place (`tensor.add_(other)`); its node saves nothing.
     pub fn add_(self, other: &Tensor<T>) -> Result<Tensor<T>> {
         self.same_shape("add_", other)?;
-        let record = self.check_in_place(&[other])?;
+        let record = self.check_in_place(&[other], false)?;
         let mut data = share(self.data());
         ops::axpy(1.0, other.data(), &mut data)?;
         self.finish_in_place(
@@ -913,7 +1101,7 @@ impl<T: Float> Tensor<T> {
 
     /// `self *= s` in place for a number `s` (`tensor.mul_(s)`); its node saves the number only.
     pub fn mul_scalar_(self, s: f32) -> Result<Tensor<T>> {
-        let record = self.check_in_place(&[])?;
+        let record = self.check_in_place(&[], false)?;
         let mut data = share(self.data());
         ops::scale(&mut data, s)?;
         self.finish_in_place(
@@ -934,7 +1122,7 @@ impl<T: Float> Tensor<T> {
     /// in-place op here that allocates.
     pub fn mul_(self, other: &Tensor<T>) -> Result<Tensor<T>> {
         self.same_shape("mul_", other)?;
-        let record = self.check_in_place(&[other])?;
+        let record = self.check_in_place(&[other], true)?;
         let needs = [self.requires_grad(), other.requires_grad()];
         let mut saved = Vec::new();
         if record {
@@ -970,7 +1158,7 @@ impl<T: Float> Tensor<T> {
     /// `max(self, 0)` in place (`tensor.relu_()`, `F.relu(x, inplace=True)`); its node saves the
     /// result, which is the tensor's own block.
     pub fn relu_(self) -> Result<Tensor<T>> {
-        let record = self.check_in_place(&[])?;
+        let record = self.check_in_place(&[], false)?;
         let mut data = share(self.data());
         ops::relu_in_place(&mut data)?;
         let saved = if record {
@@ -988,10 +1176,12 @@ impl<T: Float> Tensor<T> {
     }
 
     /// The write is allowed (torch's rules); whether it is recorded in the graph.
-    fn check_in_place(&self, others: &[&Tensor<T>]) -> Result<bool> {
+    fn check_in_place(&self, others: &[&Tensor<T>], saves_others: bool) -> Result<bool> {
         if self.is_inference() && !is_inference_mode_enabled() {
             return Err(autograd_error(
-                "Inplace update to inference tensor outside InferenceMode is not allowed.",
+                "Inplace update to inference tensor outside InferenceMode is not allowed.You can \
+                 make a clone to get a normal tensor before doing inplace update.See \
+                 https://github.com/pytorch/rfcs/pull/17 for more details.",
             ));
         }
         let record =
@@ -1001,11 +1191,10 @@ impl<T: Float> Tensor<T> {
                 "a leaf Variable that requires grad is being used in an in-place operation.",
             ));
         }
-        if record && others.iter().any(|t| t.is_inference()) {
-            return Err(autograd_error(
-                "Inference tensors cannot be saved for backward. To work around you can make a \
-                 clone to get a normal tensor and use it in autograd.",
-            ));
+        // Only `mul_` keeps `other`, and only for self's gradient.
+        if record && saves_others && self.requires_grad() && others.iter().any(|t| t.is_inference())
+        {
+            return Err(inference_saved_error());
         }
         Ok(record)
     }
@@ -1111,7 +1300,7 @@ pub fn linear<T: Float>(
     let mut inputs = vec![x, weight];
     inputs.extend(bias);
     let has_bias = bias.is_some();
-    Tensor::record(
+    let out = Tensor::record(
         if has_bias {
             "AddmmBackward0"
         } else {
@@ -1162,7 +1351,12 @@ pub fn linear<T: Float>(
             }
             Ok(grads)
         }),
-    )
+    )?;
+    // torch's `F.linear` multiplies by `weight.t()`, a view with its own node.
+    if let Some(node) = &out.inner.grad_fn {
+        node.transposed_input.set(Some(1));
+    }
+    Ok(out)
 }
 
 /// Column sums of `g` `[rows×cols]` in `T` (a bias gradient), accumulated in f64.
@@ -1396,14 +1590,13 @@ fn take_saved<T: Float>(node: &Node<T>, retain_graph: bool) -> Result<Vec<Saved<
             Ok(handles)
         }
         SavedState::Live(saved) => Ok(saved),
-        SavedState::Freed => Err(autograd_error(format!(
+        SavedState::Freed => Err(autograd_error(
             "Trying to backward through the graph a second time (or directly access saved \
              tensors after they have already been freed). Saved intermediate values of the graph \
              are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if \
              you need to backward through the graph a second time or if you need to access saved \
-             tensors after calling backward. (node {})",
-            node.name
-        ))),
+             tensors after calling backward.",
+        )),
         SavedState::Discarded => {
             *state = SavedState::Discarded;
             Err(autograd_error(format!(
@@ -1414,8 +1607,8 @@ fn take_saved<T: Float>(node: &Node<T>, retain_graph: bool) -> Result<Vec<Saved<
     }
 }
 
-/// torch's name for a tensor of this type on this device (`torch.cuda.FloatTensor`) with its
-/// element count (the shape is not kept with a saved tensor here).
+/// torch's name for a tensor of this type on this device: `torch.FloatTensor` on the CPU,
+/// `torch.cuda.FloatTensor` on CUDA (torch 2.15's rule; gpumem's `cpu` device gets the CPU name).
 fn torch_type_name<U: crate::buffer::Element>(dtype: DType, b: &Buffer<U>) -> String {
     let kind = match dtype {
         DType::F32 => "FloatTensor",
@@ -1423,21 +1616,36 @@ fn torch_type_name<U: crate::buffer::Element>(dtype: DType, b: &Buffer<U>) -> St
         DType::BF16 => "BFloat16Tensor",
     };
     let cuda = if b.device().is_cuda() { "cuda." } else { "" };
-    format!("torch.{cuda}{kind} of {} elements", b.len())
+    format!("torch.{cuda}{kind}")
+}
+
+/// The op's name as torch's version error says it: `Relu` for `ReluBackward0`.
+fn op_name(node: &str) -> &str {
+    let base = node.trim_end_matches(|c: char| c.is_ascii_digit());
+    base.strip_suffix("Backward").unwrap_or(base)
 }
 
 /// Fails, with torch's message, when a saved tensor was written in place after it was saved.
 fn check_versions<T: Float>(node: &Node<T>, saved: &[Saved<T>]) -> Result<()> {
-    for (s, &expected) in saved.iter().zip(&node.saved_versions) {
+    for ((s, &expected), description) in saved
+        .iter()
+        .zip(&node.saved_versions)
+        .zip(&node.saved_descriptions)
+    {
         let (now, what) = s.version();
         if now != expected {
+            let dims: Vec<String> = description.shape.iter().map(usize::to_string).collect();
+            let made_by = description
+                .made_by
+                .map(|name| format!(", which is output 0 of {},", op_name(name)))
+                .unwrap_or_default();
             return Err(autograd_error(format!(
                 "one of the variables needed for gradient computation has been modified by an \
-                 inplace operation: [{what}], which is saved by {}, is at version {now}; expected \
-                 version {expected} instead. Hint: the variable in question was changed by an \
-                 in-place op (add_, mul_, relu_, an optimizer step) after the forward that saved \
-                 it; use the out-of-place op, or do the in-place write after backward.",
-                node.name
+                 inplace operation: [{what} [{}]]{made_by} is at version {now}; expected version \
+                 {expected} instead. Hint: enable anomaly detection to find the operation that \
+                 failed to compute its gradient, with torch.autograd.set_detect_anomaly(True, \
+                 check_nan=False).",
+                dims.join(", ")
             )));
         }
     }
@@ -1454,7 +1662,34 @@ where
     T: Float,
     F: Fn(&[Tensor<T>]) -> Result<Tensor<T>> + 'static,
 {
+    checkpoint_with(f, inputs, Reentrant::No)
+}
+
+/// Which of torch's two checkpoint implementations (`use_reentrant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reentrant {
+    /// `use_reentrant=False`, the variant torch 2.15 recommends (and [`checkpoint`]'s): the graph
+    /// keeps the nodes inside the region, and parameters get gradients even when no input
+    /// requires grad.
+    No,
+    /// `use_reentrant=True`, torch 2.15's default when the argument is left out (with a
+    /// warning): one `CheckpointFunctionBackward` node for the region; when no input requires
+    /// grad the output does not either, and the parameters inside get no gradient (torch warns
+    /// "None of the inputs have requires_grad=True. Gradients will be None").
+    Yes,
+}
+
+/// [`checkpoint`] with torch's `use_reentrant` choice.
+pub fn checkpoint_with<T, F>(f: F, inputs: &[Tensor<T>], reentrant: Reentrant) -> Result<Tensor<T>>
+where
+    T: Float,
+    F: Fn(&[Tensor<T>]) -> Result<Tensor<T>> + 'static,
+{
     if !is_grad_enabled() {
+        return f(inputs);
+    }
+    if reentrant == Reentrant::Yes && !inputs.iter().any(Tensor::requires_grad) {
+        let _no_grad = no_grad();
         return f(inputs);
     }
     let out = {
@@ -1466,6 +1701,28 @@ where
     }
     let shape = out.shape().to_vec();
     let data = share(out.data());
+    // What torch's graph shows inside the region: the nodes between the inputs and the output.
+    let mut stop = HashSet::new();
+    for t in inputs {
+        if let Some(node) = &t.inner.grad_fn {
+            let below = vec![node.clone()];
+            let mut stack = below;
+            while let Some(n) = stack.pop() {
+                if stop.insert(Rc::as_ptr(&n)) {
+                    stack.extend(n.next.iter().flatten().filter_map(|e| match e {
+                        Edge::Node(c) => Some(c.clone()),
+                        Edge::Leaf(_) => None,
+                    }));
+                }
+            }
+        }
+    }
+    let mut region = region_below(out.inner.grad_fn.iter().cloned().collect(), &stop);
+    let input_leaves: HashSet<*const Inner<T>> =
+        inputs.iter().map(|t| Rc::as_ptr(&t.inner)).collect();
+    region
+        .leaves
+        .retain(|leaf| !input_leaves.contains(&Rc::as_ptr(leaf)));
     drop(out); // the inner graph saved nothing; only its edges to the parameters go with it
     let needs: Vec<bool> = inputs.iter().map(Tensor::requires_grad).collect();
     let input_shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
@@ -1479,8 +1736,12 @@ where
     // outer checkpoint runs this one again in its own backward.
     // The output requires grad because f's did, even when no input does (then the node has no
     // edges and its backward reaches the parameters through f's own graph).
-    Ok(Tensor::with_node(
-        "CheckpointBackward",
+    let name = match reentrant {
+        Reentrant::No => "CheckpointBackward",
+        Reentrant::Yes => "CheckpointFunctionBackward",
+    };
+    let out = Tensor::with_node(
+        name,
         data,
         shape,
         &input_refs,
@@ -1509,7 +1770,13 @@ where
                 .map(|t| t.inner.grad.borrow_mut().take())
                 .collect())
         }),
-    ))
+    );
+    if let Some(node) = &out.inner.grad_fn
+        && reentrant == Reentrant::No
+    {
+        *node.region.borrow_mut() = Some(region);
+    }
+    Ok(out)
 }
 
 /// One layer of a sequence for [`checkpoint_sequential`]: a function of one tensor.
@@ -1525,6 +1792,16 @@ pub fn checkpoint_sequential<T: Float>(
     segments: usize,
     input: &Tensor<T>,
 ) -> Result<Tensor<T>> {
+    checkpoint_sequential_with(layers, segments, input, Reentrant::No)
+}
+
+/// [`checkpoint_sequential`] with torch's `use_reentrant` choice.
+pub fn checkpoint_sequential_with<T: Float>(
+    layers: &[Layer<T>],
+    segments: usize,
+    input: &Tensor<T>,
+    reentrant: Reentrant,
+) -> Result<Tensor<T>> {
     if segments == 0 || segments > layers.len() {
         return Err(invalid(
             "checkpoint_sequential",
@@ -1539,9 +1816,10 @@ pub fn checkpoint_sequential<T: Float>(
     let mut x = input.clone();
     for s in 0..segments - 1 {
         let segment: Vec<Layer<T>> = layers[s * size..(s + 1) * size].to_vec();
-        x = checkpoint(
+        x = checkpoint_with(
             move |inputs: &[Tensor<T>]| run_layers(&segment, &inputs[0]),
             std::slice::from_ref(&x),
+            reentrant,
         )?;
     }
     run_layers(&layers[(segments - 1) * size..], &x)

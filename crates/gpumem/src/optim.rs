@@ -8,7 +8,8 @@
 //! | [`Adam`], [`Adam::adamw`] | `exp_avg`, `exp_avg_sq` (the parameter's size each) | first step: zeros |
 //!
 //! State is created lazily, on the first [`Optimizer::step`], only for parameters that have a
-//! gradient, as torch does. Adam's `step` count is a host number here: torch keeps it as a
+//! gradient, as torch does; Adam creates it for every such parameter before it updates any
+//! (torch 2.15's `_init_group`). Adam's `step` count is a host number here: torch keeps it as a
 //! one-element tensor on the CPU unless `capturable` or `fused` is set (both off by default), so it
 //! takes no device memory either way. torch's `amsgrad=True` would add a third tensor,
 //! `max_exp_avg_sq`; it is not offered here.
@@ -20,7 +21,8 @@
 //! - [`Implementation::ForEach`] (`_multi_tensor_*`): each operation over every parameter at once,
 //!   as the `_foreach_*` kernels do, so a temporary exists for every parameter at the same time:
 //!   Adam's `exp_avg_sq_sqrt` list is one more copy of all the parameters during `step()`.
-//!   torch picks it by default when every parameter is a CUDA tensor (`foreach=None`).
+//!   torch picks it by default when every parameter is a CUDA tensor (`foreach=None`); gpumem's
+//!   devices all stand for GPU memory, so [`Implementation::Default`] picks it everywhere.
 //!
 //! [`Optimizer::zero_grad`] takes torch's `set_to_none` (default `True` since PyTorch 2.0): the
 //! gradients are dropped and their blocks freed, rather than filled with zeros and kept.
@@ -50,7 +52,9 @@ fn invalid<T: Float>(op: &'static str, params: &[Tensor<T>], message: String) ->
 /// How a step walks the parameters (torch's `foreach` argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Implementation {
-    /// torch's `foreach=None`: for-each when every parameter is on a cuda device, else for-loop.
+    /// torch's `foreach=None`: torch 2.15 picks for-each when every parameter is a CUDA tensor
+    /// (`_default_to_fused_or_foreach`). Every gpumem device is a GPU's memory (the `cpu` device
+    /// stands in for one), so the default is for-each on every device.
     Default,
     /// One parameter at a time (`foreach=False`, torch's `_single_tensor_*`).
     ForLoop,
@@ -61,9 +65,7 @@ pub enum Implementation {
 impl Implementation {
     fn for_each<T: Float>(self, params: &[Tensor<T>]) -> bool {
         match self {
-            Implementation::Default => {
-                !params.is_empty() && params.iter().all(|p| p.device().is_cuda())
-            }
+            Implementation::Default => !params.is_empty(),
             Implementation::ForLoop => false,
             Implementation::ForEach => true,
         }
@@ -500,9 +502,21 @@ impl<T: Float> Adam<T> {
         Ok(quotient)
     }
 
+    /// torch's `_init_group`: the state of every parameter with a gradient, made before any
+    /// parameter is updated (so a failure here, such as an out-of-memory, leaves every
+    /// parameter as it was).
+    fn init_group(&mut self, with_grad: &[(usize, Tensor<T>)]) -> Result<()> {
+        for (i, _) in with_grad {
+            self.state_for(*i)?;
+        }
+        Ok(())
+    }
+
     /// torch's `_single_tensor_adam`: one parameter at a time.
     fn step_for_loop(&mut self) -> Result<()> {
-        for (i, g) in with_grad(&self.params) {
+        let with_grad = with_grad(&self.params);
+        self.init_group(&with_grad)?;
+        for (i, g) in with_grad {
             let g = self.effective_grad(i, &g)?;
             let (step_size, bc2_sqrt) = self.update_moments(i, &g)?;
             drop(g);
@@ -516,6 +530,7 @@ impl<T: Float> Adam<T> {
     /// torch's `_multi_tensor_adam`: each operation over every parameter with a gradient.
     fn step_for_each(&mut self) -> Result<()> {
         let with_grad = with_grad(&self.params);
+        self.init_group(&with_grad)?;
         // The gradients as Adam uses them: with Adam's weight decay, a new list (`_foreach_add`).
         let mut grads = Vec::with_capacity(with_grad.len());
         for (i, g) in &with_grad {

@@ -249,12 +249,18 @@ fn two_parameters(dev: &gpumem::Device) -> Vec<gpumem::autograd::Tensor> {
         .collect()
 }
 
-/// The launches of one for-loop Adam step of a parameter of `b` bytes, on its first step.
+/// Adam's state for parameters of these bytes: exp_avg and exp_avg_sq, zeros, made for every
+/// parameter before any is updated (torch 2.15's `_init_group`).
+fn adam_state_launches(bytes: &[u64]) -> Vec<String> {
+    bytes
+        .iter()
+        .flat_map(|b| [format!("zero {b}"), format!("zero {b}")])
+        .collect()
+}
+
+/// The launches of one for-loop Adam step of a parameter of `b` bytes, once its state exists.
 fn adam_for_loop_launches(b: u64) -> Vec<String> {
     [
-        // The state: exp_avg and exp_avg_sq, zeros.
-        "zero",
-        "zero",
         // m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g².
         "scale",
         "axpy",
@@ -286,20 +292,25 @@ fn an_adam_step_records_each_kernel_of_each_parameter_once_in_order() {
     let activity = recorded(&dev, || adam.step().unwrap());
     assert_eq!(
         launches(&activity),
-        [adam_for_loop_launches(12), adam_for_loop_launches(8)].concat()
+        [
+            adam_state_launches(&[12, 8]),
+            adam_for_loop_launches(12),
+            adam_for_loop_launches(8)
+        ]
+        .concat()
     );
 
-    // For-each: each operation over both parameters before the next (state made as it goes).
+    // For-each: the state first, then each operation over both parameters before the next.
     let options = AdamOptions {
         implementation: Implementation::ForEach,
         ..options
     };
     let mut adam = Adam::new(two_parameters(&dev), options).unwrap();
     let activity = recorded(&dev, || adam.step().unwrap());
-    let moments =
-        |b: u64| ["zero", "zero", "scale", "axpy", "scale", "addcmul"].map(|n| format!("{n} {b}"));
+    let moments = |b: u64| ["scale", "axpy", "scale", "addcmul"].map(|n| format!("{n} {b}"));
     let expected: Vec<String> = [
-        &moments(12)[..],
+        &adam_state_launches(&[12, 8])[..],
+        &moments(12),
         &moments(8),
         &["zero 12", "sqrt 12", "zero 8", "sqrt 8"].map(String::from),
         &["scale 12", "add_scalar 12", "scale 8", "add_scalar 8"].map(String::from),

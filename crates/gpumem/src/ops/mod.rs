@@ -87,6 +87,15 @@ impl DType {
         }
     }
 
+    /// torch's name: `torch.float32`, `torch.float16`, `torch.bfloat16`.
+    pub fn torch_name(self) -> &'static str {
+        match self {
+            DType::F32 => "torch.float32",
+            DType::F16 => "torch.float16",
+            DType::BF16 => "torch.bfloat16",
+        }
+    }
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
