@@ -178,12 +178,12 @@ pub fn read_traces(path: &Path) -> Result<Vec<(String, AllocTrace)>> {
 /// snapshot pickle.
 fn write_snapshot_out(
     out: &Path,
-    traces: &[(String, AllocTrace)],
+    traces: &[&AllocTrace],
     target: Target,
     config: &AllocatorConfig,
     memory_fraction: Option<f64>,
 ) -> Result<()> {
-    let [(_, trace)] = traces else {
+    let [trace] = traces else {
         bail!(
             "--snapshot-out writes one snapshot: give one trace (these files hold {})",
             traces.len()
@@ -195,20 +195,20 @@ fn write_snapshot_out(
         config: &AllocatorConfig,
         fraction: Option<f64>,
         trace: &AllocTrace,
-    ) -> Result<gpumem::Snapshot> {
+    ) -> Result<(gpumem::Snapshot, Option<usize>)> {
         let allocator = CachingAllocator::new(backend, name, config.clone());
         if let Some(f) = fraction {
             allocator.set_memory_fraction(f)?;
         }
         let (result, snapshot) = replay_recorded(&allocator, trace);
-        match result {
-            Ok(_) => {}
-            Err(ReplayError::Alloc { source, .. }) if source.is_out_of_memory() => {}
+        let oom = match result {
+            Ok(_) => None,
+            Err(ReplayError::Alloc { index, source }) if source.is_out_of_memory() => Some(index),
             Err(e) => return Err(e.into()),
-        }
-        snapshot.context("the replay stopped before it began")
+        };
+        Ok((snapshot.context("the replay stopped before it began")?, oom))
     }
-    let snapshot = match target.kind {
+    let (snapshot, oom) = match target.kind {
         DeviceKind::Cpu => recorded(
             CpuBackend::new(target.capacity),
             "cpu",
@@ -228,8 +228,12 @@ fn write_snapshot_out(
         }
     };
     snapshot_pickle::dump_snapshot(&snapshot, out)?;
+    let at = match oom {
+        Some(index) => format!(", at event {index}, which ran out of memory: its oom entry last"),
+        None => String::new(),
+    };
     eprintln!(
-        "wrote {} ({} segments, {} trace entries): open it at pytorch.org/memory_viz",
+        "wrote {} ({} segments, {} trace entries{at}): open it at pytorch.org/memory_viz",
         out.display(),
         snapshot.segments.len(),
         snapshot.trace.len()
@@ -417,7 +421,7 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
         let [(_, config)] = settings.as_slice() else {
             bail!("--snapshot-out writes one snapshot: give at most one --alloc-conf");
         };
-        let traces: Vec<_> = all.into_iter().map(|(_, n, t)| (n, t)).collect();
+        let traces: Vec<_> = all.iter().map(|(_, _, t)| t).collect();
         write_snapshot_out(out, &traces, target, config, args.memory_fraction)?;
     }
     Ok(ExitCode::SUCCESS)
@@ -443,25 +447,29 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
         return run_what_if(args, target);
     }
     let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
-    let mut results = Vec::new();
     let mut all = Vec::new();
     for path in &args.traces {
         for (name, trace) in read_traces(path)? {
-            let (stats, ns_per_event) = replay_trace(&trace, target, &config, args.repeat)
-                .with_context(|| format!("replaying {}", path.display()))?;
-            results.push(TraceResult {
-                name: name.clone(),
-                path: path.display().to_string(),
-                description: trace.description.clone(),
-                stats,
-                ns_per_event,
-                repeats: args.repeat,
-            });
-            all.push((name, trace));
+            all.push((path, name, trace));
         }
     }
+    // First, so that a replay that runs out of memory still leaves its snapshot.
     if let Some(out) = &args.snapshot_out {
-        write_snapshot_out(out, &all, target, &config, None)?;
+        let traces: Vec<_> = all.iter().map(|(_, _, t)| t).collect();
+        write_snapshot_out(out, &traces, target, &config, None)?;
+    }
+    let mut results = Vec::new();
+    for (path, name, trace) in &all {
+        let (stats, ns_per_event) = replay_trace(trace, target, &config, args.repeat)
+            .with_context(|| format!("replaying {}", path.display()))?;
+        results.push(TraceResult {
+            name: name.clone(),
+            path: path.display().to_string(),
+            description: trace.description.clone(),
+            stats,
+            ns_per_event,
+            repeats: args.repeat,
+        });
     }
     if args.json {
         println!("{}", to_json(&results, target));
