@@ -35,6 +35,11 @@ pub struct VizArgs {
     /// What to draw: the timeline, the segment map, or both (one above the other).
     #[arg(long, value_enum, default_value_t = crate::book::viz::View::Both)]
     pub view: crate::book::viz::View,
+    /// Only the events from START up to END (event indices, or microseconds with a us suffix),
+    /// and the segments as they were at END: only those entries are held, so a window of a file
+    /// too large for torch's viewer can be drawn.
+    #[arg(long, value_name = "START..END")]
+    pub range: Option<String>,
 }
 
 /// Which pictures to draw.
@@ -50,7 +55,13 @@ pub enum View {
 
 /// `workbook viz`: reads the snapshot, draws it, writes the SVG.
 pub fn run(args: &VizArgs) -> Result<std::process::ExitCode> {
-    let snapshot = read_snapshot(&args.snapshot)?;
+    let snapshot = match &args.range {
+        Some(text) => {
+            let range = crate::book::analysis::Range::parse(text)?;
+            crate::book::analysis::window(&args.snapshot, range)?
+        }
+        None => read_snapshot(&args.snapshot)?,
+    };
     let svg = render(&snapshot, args.view);
     std::fs::write(&args.output, svg)
         .with_context(|| format!("writing the picture to {}", args.output.display()))?;
