@@ -449,6 +449,31 @@ impl Value {
     }
 }
 
+/// The pickle's memo, by index. Indices are small consecutive numbers, looked up once or more
+/// per entry (every shared key and frame): a multiplicative hash serves them several times faster
+/// than the default SipHash, and no memo key comes from anywhere but the file's own counters.
+type Memo = HashMap<u64, Value, std::hash::BuildHasherDefault<IndexHasher>>;
+
+/// Fibonacci hashing of a u64 (the memo's [`std::hash::Hasher`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct IndexHasher(u64);
+
+impl std::hash::Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// Reads bytes and counts them, so that errors can say where.
 struct Input<R> {
     inner: R,
@@ -524,13 +549,14 @@ pub fn read_snapshot_stacks(
     // Containers memoized while still being filled: (their place on the stack, memo index). When
     // one leaves the stack finished, a frame or a list of frames is memoized as its id.
     let mut pending: Vec<(usize, u64)> = Vec::new();
+    let mut marks: Vec<usize> = Vec::new();
     let mut input = Input {
         inner: input,
         offset: 0,
     };
     let mut stack: Vec<Value> = Vec::new();
     // Only scalars are kept in the memo; containers come back as `Opaque`.
-    let mut memo: HashMap<u64, Value> = HashMap::new();
+    let mut memo: Memo = Memo::default();
     let mut next_memo = 0u64;
     let mut interned: HashMap<Box<[u8]>, std::rc::Rc<str>> = HashMap::new();
     let mut entries: Vec<usize> = Vec::new();
@@ -566,13 +592,16 @@ pub fn read_snapshot_stacks(
             FRAME => {
                 input.le::<8>()?;
             }
-            MARK => stack.push(Value::Mark),
+            MARK => {
+                marks.push(stack.len());
+                stack.push(Value::Mark);
+            }
             POP => {
                 stack.pop().ok_or_else(underflow)?;
                 forget_pending(&mut pending, stack.len());
             }
             POP_MARK => {
-                let m = last_mark(&stack).ok_or_else(underflow)?;
+                let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                 stack.truncate(m);
                 forget_pending(&mut pending, m);
             }
@@ -656,7 +685,7 @@ pub fn read_snapshot_stacks(
             EMPTY_TUPLE => stack.push(Value::Tuple),
             EMPTY_SET => stack.push(Value::Opaque),
             EMPTY_LIST => {
-                let list = list_role(&stack);
+                let list = list_role(&stack, last_mark(&mut marks, &stack));
                 stack.push(list);
             }
             TUPLE1 | TUPLE2 | TUPLE3 => {
@@ -669,7 +698,7 @@ pub fn read_snapshot_stacks(
                 stack.push(Value::Tuple);
             }
             TUPLE | FROZENSET => {
-                let m = last_mark(&stack).ok_or_else(underflow)?;
+                let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                 stack.truncate(m);
                 forget_pending(&mut pending, m);
                 stack.push(if op == TUPLE {
@@ -679,7 +708,7 @@ pub fn read_snapshot_stacks(
                 });
             }
             ADDITEMS => {
-                let m = last_mark(&stack).ok_or_else(underflow)?;
+                let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                 stack.truncate(m);
                 forget_pending(&mut pending, m);
             }
@@ -688,7 +717,7 @@ pub fn read_snapshot_stacks(
                     let item = stack.pop().ok_or_else(underflow)?;
                     (stack.len(), vec![item])
                 } else {
-                    let m = last_mark(&stack).ok_or_else(underflow)?;
+                    let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                     let items = stack.split_off(m + 1);
                     stack.pop();
                     (m + 1, items)
@@ -733,7 +762,7 @@ pub fn read_snapshot_stacks(
                     }
                     (stack.len() - 2, stack.split_off(stack.len() - 2))
                 } else {
-                    let m = last_mark(&stack).ok_or_else(underflow)?;
+                    let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                     let items = stack.split_off(m + 1);
                     stack.pop();
                     (m + 1, items)
@@ -838,7 +867,7 @@ fn settle_all(
     items: Vec<Value>,
     start: usize,
     pending: &mut Vec<(usize, u64)>,
-    memo: &mut HashMap<u64, Value>,
+    memo: &mut Memo,
     stacks: &mut Stacks,
 ) -> Vec<Value> {
     let items: Vec<Value> = items.into_iter().map(|v| settle(v, stacks)).collect();
@@ -918,14 +947,22 @@ fn check_nesting(items: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
-/// The position of the topmost mark.
-fn last_mark(stack: &[Value]) -> Option<usize> {
-    stack.iter().rposition(|v| matches!(v, Value::Mark))
+/// The position of the topmost mark. `marks` holds the places where marks were pushed, newest
+/// last; those the stack has since shrunk past are dropped here, so that finding the mark is not
+/// a walk down a stack that may hold a million values.
+fn last_mark(marks: &mut Vec<usize>, stack: &[Value]) -> Option<usize> {
+    while let Some(&m) = marks.last() {
+        if matches!(stack.get(m), Some(Value::Mark)) {
+            return Some(m);
+        }
+        marks.pop();
+    }
+    None
 }
 
 /// What a new list is: `device_traces` (the value after that key in the top-level dict), one
 /// device's entries (an item of `device_traces`), or an ordinary list.
-fn list_role(stack: &[Value]) -> Value {
+fn list_role(stack: &[Value], mark: Option<usize>) -> Value {
     match stack {
         // The top-level dict, its SETITEMS mark, pairs, then the key.
         [Value::Dict(_), Value::Mark, rest @ ..]
@@ -938,7 +975,7 @@ fn list_role(stack: &[Value]) -> Value {
         [.., Value::DeviceTraces(count)] => Value::Entries(*count),
         _ => {
             // Device lists pushed after the outer list's APPENDS mark.
-            if let Some(m) = last_mark(stack)
+            if let Some(m) = mark
                 && let Some(Value::DeviceTraces(count)) = m.checked_sub(1).map(|i| &stack[i])
             {
                 return Value::Entries(count + stack.len() - m - 1);

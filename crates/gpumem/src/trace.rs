@@ -500,7 +500,8 @@ pub enum ReplayError {
     #[error(transparent)]
     Trace(#[from] TraceError),
     /// The allocator refused an allocation (out of memory on a device too small for the trace).
-    #[error("event {index}: {source}")]
+    // The allocator's message is the error's source: `{:#}` prints it after the event.
+    #[error("event {index}")]
     Alloc {
         /// The event's position in the trace.
         index: usize,

@@ -4,8 +4,8 @@
 use crate::book::{BookArgs, pictures::PicturesArgs, viz::VizArgs};
 use crate::commands::{
     check::CheckArgs, diff::DiffArgs, hint::HintArgs, inspect::InspectArgs, list::ListArgs,
-    replay::ReplayArgs, reset::ResetArgs,
-    solution::SolutionArgs, start::StartArgs, verify::VerifyArgs, watch::WatchArgs,
+    replay::ReplayArgs, reset::ResetArgs, solution::SolutionArgs, start::StartArgs,
+    verify::VerifyArgs, watch::WatchArgs,
 };
 use crate::grade::{GradeArgs, export::ExportArgs};
 use clap::{Parser, Subcommand};

@@ -436,10 +436,18 @@ impl Reader {
             time_us: e.time_us,
         };
         if self.peak.is_none_or(|(best, ..)| self.allocated > best) {
-            self.peak = Some((self.allocated, point, self.reserved, self.segments.len() as u64));
+            self.peak = Some((
+                self.allocated,
+                point,
+                self.reserved,
+                self.segments.len() as u64,
+            ));
             self.journal.clear();
         }
-        if self.peak_reserved.is_none_or(|(best, _)| self.reserved > best) {
+        if self
+            .peak_reserved
+            .is_none_or(|(best, _)| self.reserved > best)
+        {
             self.peak_reserved = Some((self.reserved, point));
         }
         true

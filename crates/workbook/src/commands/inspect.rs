@@ -136,10 +136,11 @@ fn device_text(out: &mut String, d: &DeviceReport) {
     );
     let _ = writeln!(
         out,
-        "  at the allocated peak: {} reserved in {} segments; {} allocated before recording \
+        "  at the allocated peak: {} reserved in {} segment{}; {} allocated before recording \
          began (no frames)",
         format_bytes(d.reserved_at_peak),
         d.segments_at_peak,
+        if d.segments_at_peak == 1 { "" } else { "s" },
         format_bytes(d.unrecorded_at_peak)
     );
     let _ = writeln!(out, "\n  largest blocks live at the peak");

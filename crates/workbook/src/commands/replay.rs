@@ -233,9 +233,14 @@ fn write_snapshot_out(
         None => String::new(),
     };
     eprintln!(
-        "wrote {} ({} segments, {} trace entries{at}): open it at pytorch.org/memory_viz",
+        "wrote {} ({} segment{}, {} trace entries{at}): open it at pytorch.org/memory_viz",
         out.display(),
         snapshot.segments.len(),
+        if snapshot.segments.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         snapshot.trace.len()
     );
     Ok(())
