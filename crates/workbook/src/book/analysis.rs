@@ -753,22 +753,34 @@ fn frame_text(f: &Frame) -> String {
     format!("{file}:{}:{}", f.line, f.name)
 }
 
+/// What a snapshot file holds besides its entries.
+pub struct FileContents {
+    /// The segments at the end, each with its device's index.
+    pub segments: Vec<(usize, SegmentInfo)>,
+    /// The entries' stacks.
+    pub stacks: Stacks,
+    /// What kind of file it is, in words.
+    pub kind: String,
+    /// The allocator settings recorded (`PYTORCH_CUDA_ALLOC_CONF`).
+    pub alloc_conf: String,
+}
+
 /// The entries of a snapshot file, as a stream: calls `on_entry(device, entry, stack)` for each,
-/// and returns the segments (each with its device), the stacks, the kind of file and its settings.
+/// and returns the rest of what the file holds.
 pub fn read_entries(
     path: &Path,
     mut on_entry: impl FnMut(usize, &TraceEntry, u32),
-) -> Result<(Vec<(usize, SegmentInfo)>, Stacks, String, String)> {
+) -> Result<FileContents> {
     if snapshot_pickle::is_pickle(path) {
         let (contents, stacks) =
             snapshot_pickle::read_snapshot_file_stacks(path, |d, e, s| on_entry(d, &e, s))
                 .with_context(|| format!("reading the snapshot {}", path.display()))?;
-        return Ok((
-            contents.segments,
+        return Ok(FileContents {
+            segments: contents.segments,
             stacks,
-            "a snapshot pickle (torch.cuda.memory._dump_snapshot's schema)".into(),
-            contents.alloc_conf.unwrap_or_default(),
-        ));
+            kind: "a snapshot pickle (torch.cuda.memory._dump_snapshot's schema)".into(),
+            alloc_conf: contents.alloc_conf.unwrap_or_default(),
+        });
     }
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the snapshot {}", path.display()))?;
@@ -798,13 +810,13 @@ pub fn read_entries(
         let stack = stacks.intern(&e.frames);
         on_entry(device, e, stack);
     }
-    let settings = snapshot.allocator_settings.text.clone();
-    Ok((
-        snapshot.segments.into_iter().map(|s| (device, s)).collect(),
+    let alloc_conf = snapshot.allocator_settings.text.clone();
+    Ok(FileContents {
+        segments: snapshot.segments.into_iter().map(|s| (device, s)).collect(),
         stacks,
         kind,
-        settings,
-    ))
+        alloc_conf,
+    })
 }
 
 /// A trace replayed through a fresh allocator on `cpu` with its history recorded.
@@ -822,7 +834,7 @@ fn recorded_replay(trace: &gpumem::trace::AllocTrace) -> Result<Snapshot> {
 /// Reads a snapshot file and reports what its history says in `range`.
 pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
     let mut readers: Vec<Reader> = Vec::new();
-    let (segments, stacks, kind, alloc_conf) = read_entries(path, |device, e, stack| {
+    let contents = read_entries(path, |device, e, stack| {
         while readers.len() <= device {
             let n = readers.len();
             readers.push(Reader::new(n, range));
@@ -834,12 +846,13 @@ pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
         .filter(|r| r.index > 0)
         .map(|r| {
             let device = r.device;
-            let own: Vec<SegmentInfo> = segments
+            let own: Vec<SegmentInfo> = contents
+                .segments
                 .iter()
                 .filter(|(d, _)| *d == device)
                 .map(|(_, s)| s.clone())
                 .collect();
-            r.finish(&own, &stacks, limits)
+            r.finish(&own, &contents.stacks, limits)
         })
         .collect();
     if devices.is_empty() {
@@ -851,8 +864,8 @@ pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
     }
     Ok(Report {
         file: path.display().to_string(),
-        kind,
-        alloc_conf,
+        kind: contents.kind,
+        alloc_conf: contents.alloc_conf,
         range,
         devices,
     })
@@ -865,7 +878,7 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
     let mut device = None;
     let mut reader = Reader::new(0, range);
     let mut kept: Vec<TraceEntry> = Vec::new();
-    let (segments, _, _, alloc_conf) = read_entries(path, |d, e, stack| {
+    let contents = read_entries(path, |d, e, stack| {
         if *device.get_or_insert(d) != d {
             return;
         }
@@ -881,7 +894,8 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
     if reader.at_end.is_none() {
         reader.close();
     }
-    let final_segments: Vec<&SegmentInfo> = segments
+    let final_segments: Vec<&SegmentInfo> = contents
+        .segments
         .iter()
         .filter(|(d, _)| *d == device)
         .map(|(_, s)| s)
@@ -954,6 +968,7 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
         device: format!("device {device} of {}", path.display()),
         segments: drawn,
         trace: kept,
-        allocator_settings: gpumem::AllocatorConfig::parse(&alloc_conf).unwrap_or_default(),
+        allocator_settings: gpumem::AllocatorConfig::parse(&contents.alloc_conf)
+            .unwrap_or_default(),
     })
 }

@@ -688,7 +688,6 @@ fn header(out: &mut String, title: &str, summary: &[String], legend: &[(&str, &s
         text(out, 20.0, y, TITLE_FONT, INK, "start", true, &line);
         y += 24.0;
     }
-    let mut y = y;
     let mut line = String::new();
     for part in summary {
         let joined = if line.is_empty() {

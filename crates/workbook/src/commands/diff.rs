@@ -94,7 +94,9 @@ pub struct Diff {
 
 /// Compares two device reports (their sites keyed by their frames).
 pub fn diff(a: &DeviceReport, b: &DeviceReport, files: (&str, &str)) -> Diff {
-    let mut sites: BTreeMap<&[String], ((u64, u64), (u64, u64))> = BTreeMap::new();
+    // Per site: (bytes, blocks) in A, then in B.
+    type Both = ((u64, u64), (u64, u64));
+    let mut sites: BTreeMap<&[String], Both> = BTreeMap::new();
     for s in &a.sites {
         sites.entry(&s.frames).or_default().0 = (s.bytes, s.blocks);
     }
