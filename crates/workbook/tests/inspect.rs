@@ -474,3 +474,60 @@ fn bad_files_are_named_with_their_problem() {
     std::fs::write(&text, "hello").unwrap();
     fails_with(&text, "is neither a snapshot");
 }
+
+#[test]
+fn replay_range_replays_only_the_window_from_an_empty_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = fixture(dir.path(), "before", 4);
+    let p = path.to_str().unwrap();
+    let row = |range: &str| {
+        let r = json(&["replay", p, "--json", "--repeat", "1", "--range", range]);
+        let r = &r[0];
+        (
+            r["allocs"].as_u64().unwrap(),
+            r["frees"].as_u64().unwrap(),
+            r["peak_requested_bytes"].as_u64().unwrap(),
+        )
+    };
+    // Entries 0..6: the four allocations up to the peak, no free.
+    assert_eq!(row("0..6"), (4, 0, 18 * MIB + 512 * KIB));
+    // From entry 6: a2's and a1's frees are of blocks allocated before the window; b2 remains.
+    assert_eq!(row("6.."), (1, 0, 256 * KIB));
+    assert_eq!(
+        row("1764000000000000us..1764000000000060us"),
+        (4, 0, 18 * MIB + 512 * KIB)
+    );
+    let trace = repo("bench/traces/interleaved-lifetimes.json");
+    let (o, _, err) = workbook(&["replay", trace.to_str().unwrap(), "--range", "5us..9us"]);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("--range: a gpumem trace records no times; give event indices"),
+        "{err}"
+    );
+    let r = json(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--json",
+        "--repeat",
+        "1",
+        "--range",
+        "0..10",
+    ]);
+    // What the file's first ten events hold: their allocs, and the frees of those.
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let mut ids = std::collections::HashSet::new();
+    let (mut allocs, mut frees) = (0, 0);
+    for e in file["events"].as_array().unwrap().iter().take(10) {
+        if e["op"] == "alloc" {
+            ids.insert(e["id"].as_u64().unwrap());
+            allocs += 1;
+        } else if ids.contains(&e["id"].as_u64().unwrap()) {
+            frees += 1;
+        }
+    }
+    assert_eq!(
+        (&r[0]["allocs"], &r[0]["frees"]),
+        (&allocs.into(), &frees.into())
+    );
+    assert_eq!(r[0]["events"], allocs + frees);
+}

@@ -105,6 +105,11 @@ impl Range {
         }
     }
 
+    /// Whether the entry at `index`, recorded at `time_us`, is in the range.
+    pub fn contains(&self, index: u64, time_us: u64) -> bool {
+        self.place(index, time_us) == std::cmp::Ordering::Equal
+    }
+
     /// Whether a range was given.
     pub fn is_whole(&self) -> bool {
         self.start.is_none() && self.end.is_none()

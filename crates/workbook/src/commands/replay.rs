@@ -5,13 +5,16 @@
 //! Each replay gets a private allocator (never the shared device's), so nothing else in the process
 //! disturbs it: over host memory on `cpu`, over the driver (`cuMemAlloc`) on `cuda:N`.
 
+use crate::book::analysis::{Point, Range};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use gpumem::backend::{DeviceBackend, RawMemory};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::backend_cuda::CudaBackend;
 use gpumem::snapshot_pickle;
-use gpumem::trace::{AllocTrace, ReplayError, ReplayStats, replay, replay_recorded};
+use gpumem::trace::{
+    AllocTrace, EntryConverter, ReplayError, ReplayStats, TraceEvent, replay, replay_recorded,
+};
 use gpumem::{AllocatorConfig, CachingAllocator, DeviceKind, format_bytes};
 use std::path::Path;
 use std::path::PathBuf;
@@ -46,6 +49,11 @@ pub struct ReplayArgs {
     /// (set_per_process_memory_fraction; garbage_collection_threshold needs one, as in torch).
     #[arg(long = "memory-fraction", value_name = "F", requires = "alloc_conf")]
     pub memory_fraction: Option<f64>,
+    /// Replay only the events from START up to END (event indices, or microseconds with a us
+    /// suffix for a snapshot): from an empty cache at START, frees of blocks allocated before it
+    /// left out.
+    #[arg(long, value_name = "START..END")]
+    pub range: Option<String>,
     /// Write the allocator's state after the replay (one trace, at most one --alloc-conf) as a
     /// PyTorch snapshot pickle, for pytorch.org/memory_viz.
     #[arg(long = "snapshot-out", value_name = "FILE.pickle")]
@@ -150,15 +158,81 @@ pub fn read_trace(path: &Path) -> Result<AllocTrace> {
 /// `name:cuda:N`). A pickle is read as a stream (`gpumem::snapshot_pickle`): what is held is the
 /// replayable events, 24 bytes each, not the snapshot's entries.
 pub fn read_traces(path: &Path) -> Result<Vec<(String, AllocTrace)>> {
+    read_traces_in(path, None)
+}
+
+/// [`read_traces`], keeping only the events in `range` (`--range`): a trace file's events by
+/// index, a snapshot's entries by index or time; frees of blocks allocated before the range are
+/// left out.
+pub fn read_traces_in(path: &Path, range: Option<Range>) -> Result<Vec<(String, AllocTrace)>> {
     let name = path.file_stem().map_or_else(
         || path.display().to_string(),
         |s| s.to_string_lossy().into(),
     );
     if !snapshot_pickle::is_pickle(path) {
-        return Ok(vec![(name, read_trace(path)?)]);
+        let trace = read_trace(path)?;
+        let Some(range) = range else {
+            return Ok(vec![(name, trace)]);
+        };
+        if matches!(range.start, Some(Point::Micros(_)))
+            || matches!(range.end, Some(Point::Micros(_)))
+        {
+            bail!("--range: a gpumem trace records no times; give event indices");
+        }
+        let mut kept = AllocTrace::new(format!("{} (events in the range)", trace.description));
+        let mut ids = std::collections::HashSet::new();
+        for (i, event) in trace.events.iter().enumerate() {
+            if !range.contains(i as u64, 0) {
+                continue;
+            }
+            match *event {
+                TraceEvent::Alloc { id, .. } => {
+                    ids.insert(id);
+                    kept.events.push(*event);
+                }
+                TraceEvent::Free { id } if ids.contains(&id) => kept.events.push(*event),
+                TraceEvent::Free { .. } => {}
+            }
+        }
+        return Ok(vec![(name, kept)]);
     }
-    let traces = snapshot_pickle::read_alloc_traces(path)
-        .with_context(|| format!("reading the snapshot {}", path.display()))?;
+    let traces = match range {
+        None => snapshot_pickle::read_alloc_traces(path)
+            .with_context(|| format!("reading the snapshot {}", path.display()))?,
+        Some(range) => {
+            let mut converters: Vec<(u64, EntryConverter)> = Vec::new();
+            let (_, stacks) =
+                snapshot_pickle::read_snapshot_file_stacks(path, |device, entry, stack| {
+                    while converters.len() <= device {
+                        converters.push((
+                            0,
+                            EntryConverter::new(format!(
+                                "device_traces[{}] of {}, the entries in {}",
+                                converters.len(),
+                                path.display(),
+                                crate::commands::inspect::range_text(&range)
+                            )),
+                        ));
+                    }
+                    let (index, converter) = &mut converters[device];
+                    if range.contains(*index, entry.time_us) {
+                        converter.push_with_stack(&entry, stack);
+                    }
+                    *index += 1;
+                })
+                .with_context(|| format!("reading the snapshot {}", path.display()))?;
+            let traces: Vec<(usize, AllocTrace)> = converters
+                .into_iter()
+                .map(|(_, c)| c.finish_with(&stacks))
+                .enumerate()
+                .filter(|(_, t)| !t.events.is_empty())
+                .collect();
+            if traces.is_empty() {
+                bail!("{}: no alloc entries in the range", path.display());
+            }
+            traces
+        }
+    };
     let one = traces.len() == 1;
     Ok(traces
         .into_iter()
@@ -378,8 +452,9 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
     }
     let mut rows = Vec::new();
     let mut all = Vec::new();
+    let range = args.range.as_deref().map(Range::parse).transpose()?;
     for path in &args.traces {
-        for (name, trace) in read_traces(path)? {
+        for (name, trace) in read_traces_in(path, range)? {
             all.push((path, name, trace));
         }
     }
@@ -453,8 +528,9 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
     }
     let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
     let mut all = Vec::new();
+    let range = args.range.as_deref().map(Range::parse).transpose()?;
     for path in &args.traces {
-        for (name, trace) in read_traces(path)? {
+        for (name, trace) in read_traces_in(path, range)? {
             all.push((path, name, trace));
         }
     }
