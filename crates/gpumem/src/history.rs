@@ -119,7 +119,7 @@ impl TraceAction {
 /// Where in the program an event happened: torch's `frames` item (`filename`, `line`, `name`).
 /// gpumem knows the caller of `malloc` through `#[track_caller]`: a file and a line, no function
 /// name (`name` is empty).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Frame {
     /// The source file.
     pub filename: Cow<'static, str>,
@@ -160,10 +160,11 @@ pub struct TraceEntry {
     /// Microseconds since the Unix epoch when it happened (torch's `time_us`).
     #[serde(default)]
     pub time_us: u64,
-    /// The call of `malloc` that led to it (alloc, segment_alloc, segment_map and oom entries
-    /// recorded during a `malloc`; none for frees).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frame: Option<Frame>,
+    /// The stack that led to it, innermost first (torch's `frames`): gpumem records one frame,
+    /// the call of `malloc` (alloc, segment_alloc, segment_map and oom entries recorded during a
+    /// `malloc`; none for frees); a replay writes the frames of the snapshot it replays.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<Frame>,
     /// The name of an annotation entry (none for the allocator's own events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
@@ -244,12 +245,12 @@ impl History {
             allocated: stats.allocated_bytes.all.current,
             reserved: stats.reserved_bytes.all.current,
             time_us: now_us(),
-            frame: match action {
+            frames: match action {
                 TraceAction::Alloc
                 | TraceAction::SegmentAlloc
                 | TraceAction::SegmentMap
-                | TraceAction::Oom => self.call_site.map(Frame::at),
-                _ => None,
+                | TraceAction::Oom => self.call_site.map(Frame::at).into_iter().collect(),
+                _ => Vec::new(),
             },
             label: None,
         });

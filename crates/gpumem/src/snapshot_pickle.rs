@@ -14,13 +14,16 @@
 //!
 //! Frames: gpumem records no stacks. An entry recorded during a `malloc` gets one frame, the call
 //! site that `#[track_caller]` gives (file and line, no function name); blocks and segments get
-//! none. The frames of a PyTorch snapshot are read past and dropped.
+//! none. The frames of a PyTorch snapshot's trace entries are read into a [`Stacks`] table (each
+//! distinct frame and each distinct stack kept once: torch shares the frame dicts between
+//! entries, so the pickle refers back to them) and each entry is handed over with its stack's id;
+//! the frames of segments and blocks are read past.
 
 use crate::AllocatorConfig;
 use crate::allocator::StreamId;
 use crate::history::{BlockInfo, BlockState, SegmentInfo, Snapshot, TraceAction, TraceEntry};
 use crate::stats::Pool;
-use crate::trace::{AllocTrace, EntryConverter};
+use crate::trace::{AllocTrace, EntryConverter, Stacks};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::Path;
@@ -157,7 +160,7 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
         p.key_int("time_us", e.time_us.into())?;
         p.str("frames")?;
         p.begin_list()?;
-        if let Some(f) = &e.frame {
+        for f in &e.frames {
             p.begin_dict()?;
             p.str("filename")?;
             p.str(&f.filename)?;
@@ -367,6 +370,10 @@ impl<W: Write> Pickler<'_, W> {
 /// corrupt length must not make the reader ask for gigabytes.
 const MAX_STRING_BYTES: u64 = 1 << 26;
 
+/// How deeply containers may nest: a snapshot nests 6 levels (dict, list, entry, frames, frame);
+/// a deeper pickle is a bomb, and dropping it would overflow the stack.
+const MAX_NESTING: usize = 32;
+
 /// Short strings kept decoded (keys, actions, states), at most this many and this long.
 const MAX_INTERNED: usize = 4096;
 /// See [`MAX_INTERNED`].
@@ -404,8 +411,12 @@ enum Value {
     DeviceTraces(usize),
     /// One device's list of trace entries (streamed, never stored).
     Entries(usize),
-    /// A container met again through the memo (torch shares `frames` lists), or bytes: read past.
+    /// A container met again through the memo, or bytes: read past.
     Opaque,
+    /// A frame dict (`filename`, `line`, `name`), by its id in [`Stacks`].
+    Frame(u32),
+    /// A list of frames, by its id in [`Stacks`].
+    Stack(u32),
     Mark,
 }
 
@@ -421,6 +432,8 @@ impl Value {
             Value::Tuple => "a tuple",
             Value::Dict(_) => "a dict",
             Value::Opaque => "a shared object",
+            Value::Frame(_) => "a frame",
+            Value::Stack(_) => "a list of frames",
             Value::Mark => "a mark",
         }
     }
@@ -433,6 +446,31 @@ impl Value {
                 .map(|(_, v)| v),
             _ => None,
         }
+    }
+}
+
+/// The pickle's memo, by index. Indices are small consecutive numbers, looked up once or more
+/// per entry (every shared key and frame): a multiplicative hash serves them several times faster
+/// than the default SipHash, and no memo key comes from anywhere but the file's own counters.
+type Memo = HashMap<u64, Value, std::hash::BuildHasherDefault<IndexHasher>>;
+
+/// Fibonacci hashing of a u64 (the memo's [`std::hash::Hasher`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct IndexHasher(u64);
+
+impl std::hash::Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
@@ -491,18 +529,34 @@ impl<R: io::Read> Input<R> {
 
 /// Reads a snapshot pickle (PyTorch's `_dump_snapshot` or gpumem's [`dump_snapshot`]) from
 /// `input`, handing each trace entry to `on_entry(device, entry)` as it is read; returns the
-/// segments and counts. Entry totals (`allocated`, `reserved`) are 0: torch's entries carry none.
+/// segments and counts. Entry totals (`allocated`, `reserved`) are 0: torch's entries carry none;
+/// the entries' frames are not handed over ([`read_snapshot_stacks`] hands them).
 pub fn read_snapshot(
     input: impl io::Read,
     mut on_entry: impl FnMut(usize, TraceEntry),
 ) -> Result<SnapshotContents, SnapshotPickleError> {
+    read_snapshot_stacks(input, |device, entry, _| on_entry(device, entry)).map(|(c, _)| c)
+}
+
+/// [`read_snapshot`], handing each entry over with the id of its stack (its `frames`) in the
+/// [`Stacks`] returned with the contents (the table grows as it is read: an id handed over is
+/// resolved at the end).
+pub fn read_snapshot_stacks(
+    input: impl io::Read,
+    mut on_entry: impl FnMut(usize, TraceEntry, u32),
+) -> Result<(SnapshotContents, Stacks), SnapshotPickleError> {
+    let mut stacks = Stacks::default();
+    // Containers memoized while still being filled: (their place on the stack, memo index). When
+    // one leaves the stack finished, a frame or a list of frames is memoized as its id.
+    let mut pending: Vec<(usize, u64)> = Vec::new();
+    let mut marks: Vec<usize> = Vec::new();
     let mut input = Input {
         inner: input,
         offset: 0,
     };
     let mut stack: Vec<Value> = Vec::new();
     // Only scalars are kept in the memo; containers come back as `Opaque`.
-    let mut memo: HashMap<u64, Value> = HashMap::new();
+    let mut memo: Memo = Memo::default();
     let mut next_memo = 0u64;
     let mut interned: HashMap<Box<[u8]>, std::rc::Rc<str>> = HashMap::new();
     let mut entries: Vec<usize> = Vec::new();
@@ -538,13 +592,18 @@ pub fn read_snapshot(
             FRAME => {
                 input.le::<8>()?;
             }
-            MARK => stack.push(Value::Mark),
+            MARK => {
+                marks.push(stack.len());
+                stack.push(Value::Mark);
+            }
             POP => {
                 stack.pop().ok_or_else(underflow)?;
+                forget_pending(&mut pending, stack.len());
             }
             POP_MARK => {
-                let m = last_mark(&stack).ok_or_else(underflow)?;
+                let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                 stack.truncate(m);
+                forget_pending(&mut pending, m);
             }
             DUP => {
                 let top = stack.last().ok_or_else(underflow)?.clone();
@@ -626,7 +685,7 @@ pub fn read_snapshot(
             EMPTY_TUPLE => stack.push(Value::Tuple),
             EMPTY_SET => stack.push(Value::Opaque),
             EMPTY_LIST => {
-                let list = list_role(&stack);
+                let list = list_role(&stack, last_mark(&mut marks, &stack));
                 stack.push(list);
             }
             TUPLE1 | TUPLE2 | TUPLE3 => {
@@ -635,11 +694,13 @@ pub fn read_snapshot(
                     return Err(underflow());
                 }
                 stack.truncate(stack.len() - n);
+                forget_pending(&mut pending, stack.len());
                 stack.push(Value::Tuple);
             }
             TUPLE | FROZENSET => {
-                let m = last_mark(&stack).ok_or_else(underflow)?;
+                let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                 stack.truncate(m);
+                forget_pending(&mut pending, m);
                 stack.push(if op == TUPLE {
                     Value::Tuple
                 } else {
@@ -647,20 +708,26 @@ pub fn read_snapshot(
                 });
             }
             ADDITEMS => {
-                let m = last_mark(&stack).ok_or_else(underflow)?;
+                let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                 stack.truncate(m);
+                forget_pending(&mut pending, m);
             }
             APPEND | APPENDS => {
-                let items = if op == APPEND {
-                    vec![stack.pop().ok_or_else(underflow)?]
+                let (start, items) = if op == APPEND {
+                    let item = stack.pop().ok_or_else(underflow)?;
+                    (stack.len(), vec![item])
                 } else {
-                    let m = last_mark(&stack).ok_or_else(underflow)?;
+                    let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                     let items = stack.split_off(m + 1);
                     stack.pop();
-                    items
+                    (m + 1, items)
                 };
+                let items = settle_all(items, start, &mut pending, &mut memo, &mut stacks);
                 match stack.last_mut().ok_or_else(underflow)? {
-                    Value::List(list) => list.extend(items),
+                    Value::List(list) => {
+                        check_nesting(&items).map_err(|r| bad(at, r))?;
+                        list.extend(items)
+                    }
                     Value::DeviceTraces(count) => *count += items.len(),
                     Value::Entries(device) => {
                         let device = *device;
@@ -674,9 +741,9 @@ pub fn read_snapshot(
                                     reason: format!("device_traces[{device}][{index}]: {reason}"),
                                 }
                             })? {
-                                Some(entry) => {
+                                Some((entry, stack_id)) => {
                                     entries[device] += 1;
-                                    on_entry(device, entry);
+                                    on_entry(device, entry, stack_id);
                                 }
                                 None => skipped += 1,
                             }
@@ -689,22 +756,24 @@ pub fn read_snapshot(
                 }
             }
             SETITEM | SETITEMS => {
-                let items = if op == SETITEM {
+                let (start, items) = if op == SETITEM {
                     if stack.len() < 2 {
                         return Err(underflow());
                     }
-                    stack.split_off(stack.len() - 2)
+                    (stack.len() - 2, stack.split_off(stack.len() - 2))
                 } else {
-                    let m = last_mark(&stack).ok_or_else(underflow)?;
+                    let m = last_mark(&mut marks, &stack).ok_or_else(underflow)?;
                     let items = stack.split_off(m + 1);
                     stack.pop();
-                    items
+                    (m + 1, items)
                 };
                 if items.len() % 2 != 0 {
                     return Err(bad(at, "SETITEMS with a key and no value".into()));
                 }
+                let items = settle_all(items, start, &mut pending, &mut memo, &mut stacks);
                 match stack.last_mut().ok_or_else(underflow)? {
                     Value::Dict(dict) => {
+                        check_nesting(&items).map_err(|r| bad(at, r))?;
                         let mut it = items.into_iter();
                         while let (Some(k), Some(v)) = (it.next(), it.next()) {
                             dict.push((k, v));
@@ -731,8 +800,14 @@ pub fn read_snapshot(
                     | Value::Int(_)
                     | Value::Float
                     | Value::Bool(_)
-                    | Value::None) => {
+                    | Value::None
+                    | Value::Frame(_)
+                    | Value::Stack(_)) => {
                         memo.insert(index, v.clone());
+                    }
+                    Value::Dict(_) | Value::List(_) => {
+                        memo.remove(&index);
+                        pending.push((stack.len() - 1, index));
                     }
                     _ => {
                         memo.remove(&index);
@@ -775,17 +850,119 @@ pub fn read_snapshot(
             ));
         }
     };
-    snapshot_contents(top, entries, skipped)
+    Ok((snapshot_contents(top, entries, skipped)?, stacks))
 }
 
-/// The position of the topmost mark.
-fn last_mark(stack: &[Value]) -> Option<usize> {
-    stack.iter().rposition(|v| matches!(v, Value::Mark))
+/// Drops the pending memo entries of containers that left the stack unfinished or unused (at
+/// places `from` and above).
+fn forget_pending(pending: &mut Vec<(usize, u64)>, from: usize) {
+    while pending.last().is_some_and(|&(at, _)| at >= from) {
+        pending.pop();
+    }
+}
+
+/// Items leaving the stack (from place `start`) into a container: frame dicts become frame ids
+/// and lists of frames stack ids, and those that were memoized are remembered as such.
+fn settle_all(
+    items: Vec<Value>,
+    start: usize,
+    pending: &mut Vec<(usize, u64)>,
+    memo: &mut Memo,
+    stacks: &mut Stacks,
+) -> Vec<Value> {
+    let items: Vec<Value> = items.into_iter().map(|v| settle(v, stacks)).collect();
+    while let Some(&(at, index)) = pending.last().filter(|&&(at, _)| at >= start) {
+        pending.pop();
+        match items.get(at - start) {
+            Some(v @ (Value::Frame(_) | Value::Stack(_))) => {
+                memo.insert(index, v.clone());
+            }
+            _ => {
+                memo.remove(&index);
+            }
+        }
+    }
+    items
+}
+
+/// A finished frame dict as its frame id, a list of frames as its stack id, anything else as is.
+fn settle(v: Value, stacks: &mut Stacks) -> Value {
+    match &v {
+        Value::Dict(_) => {
+            if let (Some(Value::Str(filename)), Some(Value::Int(line)), Some(Value::Str(name))) =
+                (v.get("filename"), v.get("line"), v.get("name"))
+            {
+                let frame = crate::history::Frame {
+                    filename: filename.to_string().into(),
+                    line: (*line).clamp(0, i128::from(u64::MAX)) as u64,
+                    name: name.to_string().into(),
+                };
+                return Value::Frame(stacks.frame_id(frame));
+            }
+            v
+        }
+        Value::List(items)
+            if !items.is_empty() && items.iter().all(|i| matches!(i, Value::Frame(_))) =>
+        {
+            let ids: Vec<u32> = items
+                .iter()
+                .map(|i| match i {
+                    Value::Frame(id) => *id,
+                    _ => 0,
+                })
+                .collect();
+            Value::Stack(stacks.stack_id(&ids))
+        }
+        _ => v,
+    }
+}
+
+/// Refuses values nested deeper than [`MAX_NESTING`] (counted level by level, no recursion).
+fn check_nesting(items: &[Value]) -> Result<(), String> {
+    let mut level: Vec<&Value> = items
+        .iter()
+        .filter(|v| matches!(v, Value::List(_) | Value::Dict(_)))
+        .collect();
+    let mut depth = 1;
+    while !level.is_empty() {
+        if depth > MAX_NESTING {
+            return Err(format!(
+                "containers nested more than {MAX_NESTING} deep (a snapshot nests 6): not a \
+                 snapshot, or a bomb of nested lists"
+            ));
+        }
+        level = level
+            .into_iter()
+            .flat_map(|v| -> Box<dyn Iterator<Item = &Value> + '_> {
+                match v {
+                    Value::List(items) => Box::new(items.iter()),
+                    Value::Dict(pairs) => Box::new(pairs.iter().flat_map(|(k, v)| [k, v])),
+                    _ => Box::new(std::iter::empty()),
+                }
+            })
+            .filter(|v| matches!(v, Value::List(_) | Value::Dict(_)))
+            .collect();
+        depth += 1;
+    }
+    Ok(())
+}
+
+/// The position of the topmost mark. `marks` holds the places where marks were pushed, newest
+/// last; those the stack has since shrunk past are dropped here, so that finding the mark is not
+/// a walk down a stack that may hold a million values.
+fn last_mark(marks: &mut Vec<usize>, stack: &[Value]) -> Option<usize> {
+    while let Some(&m) = marks.last() {
+        if matches!(stack.get(m), Some(Value::Mark)) {
+            return Some(m);
+        }
+        marks.pop();
+    }
+    None
 }
 
 /// What a new list is: `device_traces` (the value after that key in the top-level dict), one
 /// device's entries (an item of `device_traces`), or an ordinary list.
-fn list_role(stack: &[Value]) -> Value {
+fn list_role(stack: &[Value], mark: Option<usize>) -> Value {
     match stack {
         // The top-level dict, its SETITEMS mark, pairs, then the key.
         [Value::Dict(_), Value::Mark, rest @ ..]
@@ -798,7 +975,7 @@ fn list_role(stack: &[Value]) -> Value {
         [.., Value::DeviceTraces(count)] => Value::Entries(*count),
         _ => {
             // Device lists pushed after the outer list's APPENDS mark.
-            if let Some(m) = last_mark(stack)
+            if let Some(m) = mark
                 && let Some(Value::DeviceTraces(count)) = m.checked_sub(1).map(|i| &stack[i])
             {
                 return Value::Entries(count + stack.len() - m - 1);
@@ -821,8 +998,8 @@ fn field<'v>(d: &'v Value, key: &str) -> Result<&'v Value, String> {
     d.get(key).ok_or_else(|| format!("no '{key}'"))
 }
 
-/// One entry of `device_traces` (`None`: an action gpumem does not model).
-fn trace_entry(v: &Value) -> Result<Option<TraceEntry>, String> {
+/// One entry of `device_traces` and its stack id (`None`: an action gpumem does not model).
+fn trace_entry(v: &Value) -> Result<Option<(TraceEntry, u32)>, String> {
     if !matches!(v, Value::Dict(_)) {
         return Err(format!("{}, not a dict", v.kind()));
     }
@@ -850,17 +1027,24 @@ fn trace_entry(v: &Value) -> Result<Option<TraceEntry>, String> {
         Some(Value::Int(n)) => (*n).max(0) as u64,
         _ => 0,
     };
-    Ok(Some(TraceEntry {
-        action,
-        addr: count_of(field(v, addr_key)?, addr_key)?,
-        size: count_of(field(v, "size")?, "size")?,
-        stream,
-        allocated: 0,
-        reserved: 0,
-        time_us,
-        frame: None,
-        label: None,
-    }))
+    let stack = match v.get("frames") {
+        Some(Value::Stack(id)) => *id,
+        _ => 0,
+    };
+    Ok(Some((
+        TraceEntry {
+            action,
+            addr: count_of(field(v, addr_key)?, addr_key)?,
+            size: count_of(field(v, "size")?, "size")?,
+            stream,
+            allocated: 0,
+            reserved: 0,
+            time_us,
+            frames: Vec::new(),
+            label: None,
+        },
+        stack,
+    )))
 }
 
 /// The segments and settings of the top-level dict.
@@ -974,13 +1158,22 @@ fn segment(s: &Value) -> Result<(usize, SegmentInfo), String> {
 /// Reads the snapshot pickle at `path` (see [`read_snapshot`]).
 pub fn read_snapshot_file(
     path: &Path,
-    on_entry: impl FnMut(usize, TraceEntry),
+    mut on_entry: impl FnMut(usize, TraceEntry),
 ) -> Result<SnapshotContents, SnapshotPickleError> {
+    read_snapshot_file_stacks(path, |device, entry, _| on_entry(device, entry)).map(|(c, _)| c)
+}
+
+/// Reads the snapshot pickle at `path` with the entries' stacks (see [`read_snapshot_stacks`]).
+pub fn read_snapshot_file_stacks(
+    path: &Path,
+    on_entry: impl FnMut(usize, TraceEntry, u32),
+) -> Result<(SnapshotContents, Stacks), SnapshotPickleError> {
     let file = std::fs::File::open(path).map_err(|source| SnapshotPickleError::Io {
         path: path.display().to_string(),
         source,
     })?;
-    read_snapshot(io::BufReader::with_capacity(1 << 16, file), on_entry).map_err(|e| match e {
+    read_snapshot_stacks(io::BufReader::with_capacity(1 << 16, file), on_entry).map_err(|e| match e
+    {
         SnapshotPickleError::Io { source, .. } => SnapshotPickleError::Io {
             path: path.display().to_string(),
             source,
@@ -1003,7 +1196,7 @@ pub fn is_pickle(path: &Path) -> bool {
 /// (24 bytes each) and the blocks live at the point reached, never the snapshot's entries.
 pub fn read_alloc_traces(path: &Path) -> Result<Vec<(usize, AllocTrace)>, SnapshotPickleError> {
     let mut converters: Vec<EntryConverter> = Vec::new();
-    let contents = read_snapshot_file(path, |device, entry| {
+    let (contents, stacks) = read_snapshot_file_stacks(path, |device, entry, stack| {
         while converters.len() <= device {
             let n = converters.len();
             converters.push(EntryConverter::new(format!(
@@ -1012,11 +1205,11 @@ pub fn read_alloc_traces(path: &Path) -> Result<Vec<(usize, AllocTrace)>, Snapsh
                 path.display()
             )));
         }
-        converters[device].push(&entry);
+        converters[device].push_with_stack(&entry, stack);
     })?;
     let traces: Vec<(usize, AllocTrace)> = converters
         .into_iter()
-        .map(EntryConverter::finish)
+        .map(|c| c.finish_with(&stacks))
         .enumerate()
         .filter(|(_, t)| !t.events.is_empty())
         .collect();

@@ -9,7 +9,7 @@
 
 use crate::allocator::{Allocation, CachingAllocator, StreamId};
 use crate::backend::RawMemory;
-use crate::history::{Snapshot, TraceAction, TraceEntry};
+use crate::history::{Frame, Snapshot, TraceAction, TraceEntry};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -48,6 +48,10 @@ pub struct AllocTrace {
     pub description: String,
     /// The events, in program order.
     pub events: Vec<TraceEvent>,
+    /// The stacks of a snapshot's allocations (none for a trace file, which records no frames).
+    pub stacks: Stacks,
+    /// Each `alloc` event's stack in `stacks`, in order (empty: no frames known).
+    pub alloc_stacks: Vec<u32>,
 }
 
 /// Why a trace cannot be read or replayed.
@@ -117,6 +121,73 @@ pub enum TraceError {
     },
 }
 
+/// The frames of a snapshot's trace entries, each distinct frame and each distinct stack (a list
+/// of frames, innermost first) kept once, named by an id; stack 0 is the empty stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stacks {
+    frames: Vec<Frame>,
+    frame_ids: HashMap<Frame, u32>,
+    stacks: Vec<Box<[u32]>>,
+    stack_ids: HashMap<Box<[u32]>, u32>,
+}
+
+impl Default for Stacks {
+    fn default() -> Self {
+        Stacks {
+            frames: Vec::new(),
+            frame_ids: HashMap::new(),
+            stacks: vec![Box::new([])],
+            stack_ids: HashMap::from([(Box::from([]), 0)]),
+        }
+    }
+}
+
+impl Stacks {
+    /// The id of `frame`, added if new.
+    pub fn frame_id(&mut self, frame: Frame) -> u32 {
+        let next = self.frames.len() as u32;
+        *self.frame_ids.entry(frame.clone()).or_insert_with(|| {
+            self.frames.push(frame);
+            next
+        })
+    }
+
+    /// The id of the stack made of these frame ids, added if new.
+    pub fn stack_id(&mut self, frame_ids: &[u32]) -> u32 {
+        if let Some(&id) = self.stack_ids.get(frame_ids) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(frame_ids.into());
+        self.stack_ids.insert(frame_ids.into(), id);
+        id
+    }
+
+    /// The id of a stack given as frames.
+    pub fn intern(&mut self, frames: &[Frame]) -> u32 {
+        let ids: Vec<u32> = frames.iter().map(|f| self.frame_id(f.clone())).collect();
+        self.stack_id(&ids)
+    }
+
+    /// The frames of stack `id`, innermost first (none for an unknown id).
+    pub fn frames(&self, id: u32) -> impl Iterator<Item = &Frame> {
+        self.stacks
+            .get(id as usize)
+            .into_iter()
+            .flat_map(|s| s.iter().map(|&f| &self.frames[f as usize]))
+    }
+
+    /// How many distinct stacks (the empty one included).
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Whether only the empty stack is known.
+    pub fn is_empty(&self) -> bool {
+        self.stacks.len() == 1
+    }
+}
+
 /// Counts of a valid trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct TraceSummary {
@@ -137,7 +208,7 @@ impl AllocTrace {
     pub fn new(description: impl Into<String>) -> AllocTrace {
         AllocTrace {
             description: description.into(),
-            events: Vec::new(),
+            ..AllocTrace::default()
         }
     }
 
@@ -194,6 +265,7 @@ impl AllocTrace {
         let trace = AllocTrace {
             description,
             events,
+            ..AllocTrace::default()
         };
         trace.validate()?;
         Ok(trace)
@@ -268,8 +340,19 @@ impl EntryConverter {
         }
     }
 
-    /// Adds one history entry.
+    /// Adds one history entry, its frames kept with an alloc.
     pub fn push(&mut self, entry: &TraceEntry) {
+        let stack = if entry.action == TraceAction::Alloc && !entry.frames.is_empty() {
+            self.trace.stacks.intern(&entry.frames)
+        } else {
+            0
+        };
+        self.push_with_stack(entry, stack);
+    }
+
+    /// Adds one history entry; an alloc's frames are `stack`, an id in the table that the trace
+    /// holds (or is given, [`EntryConverter::finish_with`]).
+    pub fn push_with_stack(&mut self, entry: &TraceEntry, stack: u32) {
         match entry.action {
             TraceAction::Alloc => {
                 // A complete history frees an address before handing it out again; if not,
@@ -284,6 +367,7 @@ impl EntryConverter {
                     size: entry.size,
                     stream,
                 });
+                self.trace.alloc_stacks.push(stack);
                 self.live.insert(entry.addr, self.next_id);
                 self.next_id += 1;
             }
@@ -303,8 +387,17 @@ impl EntryConverter {
         }
     }
 
-    /// The trace so far.
-    pub fn finish(self) -> AllocTrace {
+    /// The trace so far, its stacks' ids naming frames in `stacks` (a snapshot reader's table).
+    pub fn finish_with(mut self, stacks: &Stacks) -> AllocTrace {
+        self.trace.stacks = stacks.clone();
+        self.finish()
+    }
+
+    /// The trace so far (no stacks kept when no alloc had frames).
+    pub fn finish(mut self) -> AllocTrace {
+        if self.trace.stacks.is_empty() {
+            self.trace.alloc_stacks.clear();
+        }
         self.trace
     }
 }
@@ -350,6 +443,7 @@ impl TraceBuilder {
         AllocTrace {
             description: description.into(),
             events: self.events,
+            ..AllocTrace::default()
         }
     }
 }
@@ -406,7 +500,8 @@ pub enum ReplayError {
     #[error(transparent)]
     Trace(#[from] TraceError),
     /// The allocator refused an allocation (out of memory on a device too small for the trace).
-    #[error("event {index}: {source}")]
+    // The allocator's message is the error's source: `{:#}` prints it after the event.
+    #[error("event {index}")]
     Alloc {
         /// The event's position in the trace.
         index: usize,
@@ -470,7 +565,17 @@ fn replay_inner<B: RawMemory>(
     }
     let elapsed = start.elapsed();
     let after = allocator.device_stats();
-    let snapshot = record.then(|| allocator.snapshot());
+    let snapshot = record.then(|| {
+        let mut snapshot = allocator.snapshot();
+        with_frames_of(&mut snapshot, trace);
+        // At a failure the snapshot is the state at the failing event: its `oom` entry last.
+        if failure.is_some()
+            && snapshot.trace.last().map(|e| e.action) == Some(TraceAction::Snapshot)
+        {
+            snapshot.trace.pop();
+        }
+        snapshot
+    });
     for block in slots.into_iter().flatten() {
         allocator.free(block, Vec::new());
     }
@@ -493,6 +598,28 @@ fn replay_inner<B: RawMemory>(
         elapsed,
     };
     (Ok(stats), snapshot)
+}
+
+/// Gives the entries a replay recorded the frames of the allocation they belong to in the trace
+/// (an alloc, and the segment_alloc, segment_map or oom entry its `malloc` recorded), in place of
+/// the replayer's own call site; none when the trace has no frames (a trace file).
+fn with_frames_of(snapshot: &mut Snapshot, trace: &AllocTrace) {
+    let mut next_alloc = 0;
+    for entry in &mut snapshot.trace {
+        let stack = trace.alloc_stacks.get(next_alloc).copied().unwrap_or(0);
+        match entry.action {
+            TraceAction::Alloc
+            | TraceAction::SegmentAlloc
+            | TraceAction::SegmentMap
+            | TraceAction::Oom => {
+                entry.frames = trace.stacks.frames(stack).cloned().collect();
+                if entry.action == TraceAction::Alloc {
+                    next_alloc += 1;
+                }
+            }
+            _ => entry.frames.clear(),
+        }
+    }
 }
 
 /// A trace event with ids turned into dense slots, ready to replay.
@@ -906,7 +1033,7 @@ mod tests {
             allocated: 0,
             reserved: 0,
             time_us: 0,
-            frame: None,
+            frames: Vec::new(),
             label: None,
         };
         let entries = [

@@ -138,7 +138,7 @@ fn an_allocation_through_the_device_records_the_callers_line() {
         .iter()
         .rfind(|e| e.action == TraceAction::Alloc)
         .expect("an alloc entry");
-    let frame = alloc.frame.as_ref().expect("a frame");
+    let frame = alloc.frames.first().expect("a frame");
     assert!(frame.filename.ends_with("history.rs"), "{frame:?}");
     assert_eq!(frame.line, u64::from(line));
     drop(buf);

@@ -99,11 +99,8 @@ for e, w in zip(entries, want['trace']):
     assert set(e) == {'action', addr_key, 'size', 'stream', 'time_us', 'frames'}, sorted(e)
     assert (e[addr_key], e['size'], e['stream'], e['time_us']) == \
         (w['addr'], w['size'], w['stream'], w['time_us'])
-    if w.get('frame'):
-        f = w['frame']
-        assert e['frames'] == [{'filename': f['filename'], 'line': f['line'], 'name': ''}]
-    else:
-        assert e['frames'] == []
+    assert e['frames'] == [{'filename': f['filename'], 'line': f['line'], 'name': f['name']}
+                           for f in w.get('frames', [])]
 settings = snap['allocator_settings']
 for k in ('PYTORCH_CUDA_ALLOC_CONF', 'max_split_size', 'garbage_collection_threshold',
           'expandable_segments', 'pinned_num_register_threads', 'release_lock_on_cudamalloc',

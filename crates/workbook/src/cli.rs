@@ -3,8 +3,9 @@
 
 use crate::book::{BookArgs, pictures::PicturesArgs, viz::VizArgs};
 use crate::commands::{
-    check::CheckArgs, hint::HintArgs, list::ListArgs, replay::ReplayArgs, reset::ResetArgs,
-    solution::SolutionArgs, start::StartArgs, verify::VerifyArgs, watch::WatchArgs,
+    check::CheckArgs, diff::DiffArgs, hint::HintArgs, inspect::InspectArgs, list::ListArgs,
+    replay::ReplayArgs, reset::ResetArgs, solution::SolutionArgs, start::StartArgs,
+    verify::VerifyArgs, watch::WatchArgs,
 };
 use crate::grade::{GradeArgs, export::ExportArgs};
 use clap::{Parser, Subcommand};
@@ -62,4 +63,10 @@ pub enum Command {
     /// Replay allocation traces through a fresh caching allocator: peaks, fragmentation
     /// overhead, device reservations, time per event.
     Replay(ReplayArgs),
+    /// What a snapshot's history says: peaks, the blocks and allocation sites at the peak,
+    /// fragmentation, out-of-memory events, leak candidates.
+    Inspect(InspectArgs),
+    /// Two snapshots of the same program side by side: peaks, reserved, segments, and the
+    /// allocation sites whose live bytes at the peak changed.
+    Diff(DiffArgs),
 }

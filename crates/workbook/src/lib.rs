@@ -19,7 +19,9 @@ pub mod run;
 use anyhow::Result;
 use book::{pictures, viz};
 use cli::{Cli, Command};
-use commands::{check, doctor, hint, list, replay, reset, solution, start, verify, watch};
+use commands::{
+    check, diff, doctor, hint, inspect, list, replay, reset, solution, start, verify, watch,
+};
 use course::app_state::{self, Repo};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -71,5 +73,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Viz(args) => viz::run(&args),
         Command::Pictures(args) => pictures::run(cli.root.as_deref(), &args),
         Command::Replay(args) => replay::run(&args),
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Diff(args) => diff::run(&args),
     }
 }

@@ -231,3 +231,76 @@ fn a_truncated_or_foreign_pickle_is_named_with_its_problem() {
         "{err}"
     );
 }
+
+#[test]
+fn a_replay_that_runs_out_of_memory_writes_its_snapshot_with_the_oom_last_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("oom.pickle");
+    let source = committed("interleaved-lifetimes.json");
+    let (o, _, err) = workbook(&[
+        "replay",
+        source.to_str().unwrap(),
+        "--repeat",
+        "1",
+        "--capacity",
+        "64MiB",
+        "--snapshot-out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("which ran out of memory: its oom entry last"),
+        "{err}"
+    );
+    assert!(err.contains("out of memory"), "{err}");
+    let last = python(
+        "import pickle,sys; t=pickle.load(open(sys.argv[1],'rb'))['device_traces'][0]; \
+         print(t[-1]['action'], sum(e['action']=='oom' for e in t), t[-1]['size'] > 0)",
+        &[&out],
+    );
+    assert_eq!(last.trim(), "oom 1 True");
+}
+
+#[test]
+fn a_replayed_torch_snapshot_keeps_each_blocks_frames_and_a_trace_file_gets_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = committed("growing-sizes.json");
+    let pickle = dir.path().join("in.pickle");
+    python(TO_TORCH, &[&source, &pickle]);
+    let out = dir.path().join("out.pickle");
+    let (o, _, err) = workbook(&[
+        "replay",
+        pickle.to_str().unwrap(),
+        "--repeat",
+        "1",
+        "--snapshot-out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{err}");
+    let frames = "import pickle,sys; t=pickle.load(open(sys.argv[1],'rb'))['device_traces'][0]; \
+                  print(sorted({(e['action'], repr(e['frames'])) for e in t}))";
+    let seen = python(frames, &[&out]);
+    assert_eq!(
+        seen.trim(),
+        "[('alloc', \"[{'filename': 'train.py', 'line': 3, 'name': 'step'}]\"), \
+         ('free_completed', '[]'), ('free_requested', '[]'), \
+         ('segment_alloc', \"[{'filename': 'train.py', 'line': 3, 'name': 'step'}]\"), \
+         ('snapshot', '[]')]"
+    );
+    let out2 = dir.path().join("out2.pickle");
+    let (o, _, err) = workbook(&[
+        "replay",
+        source.to_str().unwrap(),
+        "--repeat",
+        "1",
+        "--snapshot-out",
+        out2.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{err}");
+    let seen = python(
+        "import pickle,sys; t=pickle.load(open(sys.argv[1],'rb'))['device_traces'][0]; \
+         print(sum(len(e['frames']) for e in t), len(t) > 0)",
+        &[&out2],
+    );
+    assert_eq!(seen.trim(), "0 True");
+}

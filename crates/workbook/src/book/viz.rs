@@ -35,6 +35,11 @@ pub struct VizArgs {
     /// What to draw: the timeline, the segment map, or both (one above the other).
     #[arg(long, value_enum, default_value_t = crate::book::viz::View::Both)]
     pub view: crate::book::viz::View,
+    /// Only the events from START up to END (event indices, or microseconds with a us suffix),
+    /// and the segments as they were at END: only those entries are held, so a window of a file
+    /// too large for torch's viewer can be drawn.
+    #[arg(long, value_name = "START..END")]
+    pub range: Option<String>,
 }
 
 /// Which pictures to draw.
@@ -50,7 +55,13 @@ pub enum View {
 
 /// `workbook viz`: reads the snapshot, draws it, writes the SVG.
 pub fn run(args: &VizArgs) -> Result<std::process::ExitCode> {
-    let snapshot = read_snapshot(&args.snapshot)?;
+    let snapshot = match &args.range {
+        Some(text) => {
+            let range = crate::book::analysis::Range::parse(text)?;
+            crate::book::analysis::window(&args.snapshot, range)?
+        }
+        None => read_snapshot(&args.snapshot)?,
+    };
     let svg = render(&snapshot, args.view);
     std::fs::write(&args.output, svg)
         .with_context(|| format!("writing the picture to {}", args.output.display()))?;
@@ -670,9 +681,13 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
 fn header(out: &mut String, title: &str, summary: &[String], legend: &[(&str, &str, &str)]) -> f64 {
     const SUMMARY_FONT: f64 = 13.5;
     const LEGEND_FONT: f64 = 13.0;
+    const TITLE_FONT: f64 = 18.0;
     let room = WIDTH - 40.0;
-    text(out, 20.0, 30.0, 18.0, INK, "start", true, title);
-    let mut y = 54.0;
+    let mut y = 30.0;
+    for line in wrap(title, TITLE_FONT, room) {
+        text(out, 20.0, y, TITLE_FONT, INK, "start", true, &line);
+        y += 24.0;
+    }
     let mut line = String::new();
     for part in summary {
         let joined = if line.is_empty() {
@@ -711,6 +726,31 @@ fn header(out: &mut String, title: &str, summary: &[String], legend: &[(&str, &s
         x += w + 18.0;
     }
     row_top + 14.0
+}
+
+/// `s` in lines no wider than `room`: broken after a space or a `/` where one falls in the line,
+/// else inside a word (a long path has no space to break at).
+fn wrap(s: &str, font_size: f64, room: f64) -> Vec<String> {
+    let per_line = ((room / (font_size * 0.53)) as usize).max(8);
+    let mut lines = Vec::new();
+    let mut rest: Vec<char> = s.chars().collect();
+    while rest.len() > per_line {
+        let cut = rest[..per_line]
+            .iter()
+            .rposition(|&c| c == ' ' || c == '/')
+            .filter(|&i| i > per_line / 2)
+            .map_or(per_line, |i| i + 1);
+        lines.push(
+            rest[..cut]
+                .iter()
+                .collect::<String>()
+                .trim_end()
+                .to_string(),
+        );
+        rest.drain(..cut);
+    }
+    lines.push(rest.into_iter().collect());
+    lines
 }
 
 /// A legend's colour square.
@@ -870,7 +910,7 @@ pub(crate) mod tests {
             allocated,
             reserved,
             time_us: 0,
-            frame: None,
+            frames: Vec::new(),
             label: None,
         }
     }
@@ -952,6 +992,34 @@ pub(crate) mod tests {
             ],
             allocator_settings: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_long_title_wraps_inside_the_picture() {
+        let mut snapshot = fragmented();
+        snapshot.device = format!(
+            "device 0 of /{}/snapshot.pickle",
+            "long-folder-name".repeat(8)
+        );
+        let svg = timeline_svg(&snapshot);
+        let titles: Vec<&str> = svg
+            .lines()
+            .filter(|l| l.contains(r#"font-size="18""#))
+            .collect();
+        assert_eq!(titles.len(), 3, "{titles:#?}");
+        for line in &titles {
+            let content = line.split('>').nth(1).unwrap().trim_end_matches("</text");
+            assert!(
+                text_width(content, 18.0) <= WIDTH - 40.0,
+                "{content:?} is wider than the picture"
+            );
+        }
+        assert!(
+            titles[0].contains(">Active memory timeline · device 0 of /"),
+            "{}",
+            titles[0]
+        );
+        assert!(titles[2].contains("/snapshot.pickle<"), "{}", titles[2]);
     }
 
     #[test]

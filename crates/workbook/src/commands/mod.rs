@@ -3,8 +3,10 @@
 //! `solution` share: the state of each exercise from running its tests.
 
 pub mod check;
+pub mod diff;
 pub mod doctor;
 pub mod hint;
+pub mod inspect;
 pub mod list;
 pub mod replay;
 pub mod reset;

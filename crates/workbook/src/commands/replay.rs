@@ -5,13 +5,16 @@
 //! Each replay gets a private allocator (never the shared device's), so nothing else in the process
 //! disturbs it: over host memory on `cpu`, over the driver (`cuMemAlloc`) on `cuda:N`.
 
+use crate::book::analysis::{Point, Range};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use gpumem::backend::{DeviceBackend, RawMemory};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::backend_cuda::CudaBackend;
 use gpumem::snapshot_pickle;
-use gpumem::trace::{AllocTrace, ReplayError, ReplayStats, replay, replay_recorded};
+use gpumem::trace::{
+    AllocTrace, EntryConverter, ReplayError, ReplayStats, TraceEvent, replay, replay_recorded,
+};
 use gpumem::{AllocatorConfig, CachingAllocator, DeviceKind, format_bytes};
 use std::path::Path;
 use std::path::PathBuf;
@@ -46,6 +49,11 @@ pub struct ReplayArgs {
     /// (set_per_process_memory_fraction; garbage_collection_threshold needs one, as in torch).
     #[arg(long = "memory-fraction", value_name = "F", requires = "alloc_conf")]
     pub memory_fraction: Option<f64>,
+    /// Replay only the events from START up to END (event indices, or microseconds with a us
+    /// suffix for a snapshot): from an empty cache at START, frees of blocks allocated before it
+    /// left out.
+    #[arg(long, value_name = "START..END")]
+    pub range: Option<String>,
     /// Write the allocator's state after the replay (one trace, at most one --alloc-conf) as a
     /// PyTorch snapshot pickle, for pytorch.org/memory_viz.
     #[arg(long = "snapshot-out", value_name = "FILE.pickle")]
@@ -150,15 +158,81 @@ pub fn read_trace(path: &Path) -> Result<AllocTrace> {
 /// `name:cuda:N`). A pickle is read as a stream (`gpumem::snapshot_pickle`): what is held is the
 /// replayable events, 24 bytes each, not the snapshot's entries.
 pub fn read_traces(path: &Path) -> Result<Vec<(String, AllocTrace)>> {
+    read_traces_in(path, None)
+}
+
+/// [`read_traces`], keeping only the events in `range` (`--range`): a trace file's events by
+/// index, a snapshot's entries by index or time; frees of blocks allocated before the range are
+/// left out.
+pub fn read_traces_in(path: &Path, range: Option<Range>) -> Result<Vec<(String, AllocTrace)>> {
     let name = path.file_stem().map_or_else(
         || path.display().to_string(),
         |s| s.to_string_lossy().into(),
     );
     if !snapshot_pickle::is_pickle(path) {
-        return Ok(vec![(name, read_trace(path)?)]);
+        let trace = read_trace(path)?;
+        let Some(range) = range else {
+            return Ok(vec![(name, trace)]);
+        };
+        if matches!(range.start, Some(Point::Micros(_)))
+            || matches!(range.end, Some(Point::Micros(_)))
+        {
+            bail!("--range: a gpumem trace records no times; give event indices");
+        }
+        let mut kept = AllocTrace::new(format!("{} (events in the range)", trace.description));
+        let mut ids = std::collections::HashSet::new();
+        for (i, event) in trace.events.iter().enumerate() {
+            if !range.contains(i as u64, 0) {
+                continue;
+            }
+            match *event {
+                TraceEvent::Alloc { id, .. } => {
+                    ids.insert(id);
+                    kept.events.push(*event);
+                }
+                TraceEvent::Free { id } if ids.contains(&id) => kept.events.push(*event),
+                TraceEvent::Free { .. } => {}
+            }
+        }
+        return Ok(vec![(name, kept)]);
     }
-    let traces = snapshot_pickle::read_alloc_traces(path)
-        .with_context(|| format!("reading the snapshot {}", path.display()))?;
+    let traces = match range {
+        None => snapshot_pickle::read_alloc_traces(path)
+            .with_context(|| format!("reading the snapshot {}", path.display()))?,
+        Some(range) => {
+            let mut converters: Vec<(u64, EntryConverter)> = Vec::new();
+            let (_, stacks) =
+                snapshot_pickle::read_snapshot_file_stacks(path, |device, entry, stack| {
+                    while converters.len() <= device {
+                        converters.push((
+                            0,
+                            EntryConverter::new(format!(
+                                "device_traces[{}] of {}, the entries in {}",
+                                converters.len(),
+                                path.display(),
+                                crate::commands::inspect::range_text(&range)
+                            )),
+                        ));
+                    }
+                    let (index, converter) = &mut converters[device];
+                    if range.contains(*index, entry.time_us) {
+                        converter.push_with_stack(&entry, stack);
+                    }
+                    *index += 1;
+                })
+                .with_context(|| format!("reading the snapshot {}", path.display()))?;
+            let traces: Vec<(usize, AllocTrace)> = converters
+                .into_iter()
+                .map(|(_, c)| c.finish_with(&stacks))
+                .enumerate()
+                .filter(|(_, t)| !t.events.is_empty())
+                .collect();
+            if traces.is_empty() {
+                bail!("{}: no alloc entries in the range", path.display());
+            }
+            traces
+        }
+    };
     let one = traces.len() == 1;
     Ok(traces
         .into_iter()
@@ -178,12 +252,12 @@ pub fn read_traces(path: &Path) -> Result<Vec<(String, AllocTrace)>> {
 /// snapshot pickle.
 fn write_snapshot_out(
     out: &Path,
-    traces: &[(String, AllocTrace)],
+    traces: &[&AllocTrace],
     target: Target,
     config: &AllocatorConfig,
     memory_fraction: Option<f64>,
 ) -> Result<()> {
-    let [(_, trace)] = traces else {
+    let [trace] = traces else {
         bail!(
             "--snapshot-out writes one snapshot: give one trace (these files hold {})",
             traces.len()
@@ -195,20 +269,20 @@ fn write_snapshot_out(
         config: &AllocatorConfig,
         fraction: Option<f64>,
         trace: &AllocTrace,
-    ) -> Result<gpumem::Snapshot> {
+    ) -> Result<(gpumem::Snapshot, Option<usize>)> {
         let allocator = CachingAllocator::new(backend, name, config.clone());
         if let Some(f) = fraction {
             allocator.set_memory_fraction(f)?;
         }
         let (result, snapshot) = replay_recorded(&allocator, trace);
-        match result {
-            Ok(_) => {}
-            Err(ReplayError::Alloc { source, .. }) if source.is_out_of_memory() => {}
+        let oom = match result {
+            Ok(_) => None,
+            Err(ReplayError::Alloc { index, source }) if source.is_out_of_memory() => Some(index),
             Err(e) => return Err(e.into()),
-        }
-        snapshot.context("the replay stopped before it began")
+        };
+        Ok((snapshot.context("the replay stopped before it began")?, oom))
     }
-    let snapshot = match target.kind {
+    let (snapshot, oom) = match target.kind {
         DeviceKind::Cpu => recorded(
             CpuBackend::new(target.capacity),
             "cpu",
@@ -228,10 +302,19 @@ fn write_snapshot_out(
         }
     };
     snapshot_pickle::dump_snapshot(&snapshot, out)?;
+    let at = match oom {
+        Some(index) => format!(", at event {index}, which ran out of memory: its oom entry last"),
+        None => String::new(),
+    };
     eprintln!(
-        "wrote {} ({} segments, {} trace entries): open it at pytorch.org/memory_viz",
+        "wrote {} ({} segment{}, {} trace entries{at}): open it at pytorch.org/memory_viz",
         out.display(),
         snapshot.segments.len(),
+        if snapshot.segments.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         snapshot.trace.len()
     );
     Ok(())
@@ -369,8 +452,9 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
     }
     let mut rows = Vec::new();
     let mut all = Vec::new();
+    let range = args.range.as_deref().map(Range::parse).transpose()?;
     for path in &args.traces {
-        for (name, trace) in read_traces(path)? {
+        for (name, trace) in read_traces_in(path, range)? {
             all.push((path, name, trace));
         }
     }
@@ -417,7 +501,7 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
         let [(_, config)] = settings.as_slice() else {
             bail!("--snapshot-out writes one snapshot: give at most one --alloc-conf");
         };
-        let traces: Vec<_> = all.into_iter().map(|(_, n, t)| (n, t)).collect();
+        let traces: Vec<_> = all.iter().map(|(_, _, t)| t).collect();
         write_snapshot_out(out, &traces, target, config, args.memory_fraction)?;
     }
     Ok(ExitCode::SUCCESS)
@@ -443,25 +527,30 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
         return run_what_if(args, target);
     }
     let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
-    let mut results = Vec::new();
     let mut all = Vec::new();
+    let range = args.range.as_deref().map(Range::parse).transpose()?;
     for path in &args.traces {
-        for (name, trace) in read_traces(path)? {
-            let (stats, ns_per_event) = replay_trace(&trace, target, &config, args.repeat)
-                .with_context(|| format!("replaying {}", path.display()))?;
-            results.push(TraceResult {
-                name: name.clone(),
-                path: path.display().to_string(),
-                description: trace.description.clone(),
-                stats,
-                ns_per_event,
-                repeats: args.repeat,
-            });
-            all.push((name, trace));
+        for (name, trace) in read_traces_in(path, range)? {
+            all.push((path, name, trace));
         }
     }
+    // First, so that a replay that runs out of memory still leaves its snapshot.
     if let Some(out) = &args.snapshot_out {
-        write_snapshot_out(out, &all, target, &config, None)?;
+        let traces: Vec<_> = all.iter().map(|(_, _, t)| t).collect();
+        write_snapshot_out(out, &traces, target, &config, None)?;
+    }
+    let mut results = Vec::new();
+    for (path, name, trace) in &all {
+        let (stats, ns_per_event) = replay_trace(trace, target, &config, args.repeat)
+            .with_context(|| format!("replaying {}", path.display()))?;
+        results.push(TraceResult {
+            name: name.clone(),
+            path: path.display().to_string(),
+            description: trace.description.clone(),
+            stats,
+            ns_per_event,
+            repeats: args.repeat,
+        });
     }
     if args.json {
         println!("{}", to_json(&results, target));

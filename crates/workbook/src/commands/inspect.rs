@@ -1,0 +1,231 @@
+//! `workbook inspect SNAPSHOT`: what a snapshot's history says about a job's memory (the reading
+//! is [`crate::book::analysis`]): the devices and settings, the peaks and when they came, at the
+//! peak the largest live blocks and the allocation sites by recorded frames, the fragmentation,
+//! the out-of-memory events and the leak candidates.
+
+use crate::book::analysis::{self, DeviceReport, Limits, Range, Report};
+use anyhow::Result;
+use clap::Args;
+use gpumem::format_bytes;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Flags of `workbook inspect`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Record a snapshot in PyTorch with torch.cuda.memory._record_memory_history() \
+                  before the work and torch.cuda.memory._dump_snapshot(\"snap.pickle\") after it."
+)]
+pub struct InspectArgs {
+    /// The snapshot: torch's pickle (`_dump_snapshot`), gpumem's snapshot (JSON or pickle), or a
+    /// gpumem trace (replayed once on cpu).
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: PathBuf,
+    /// Only the events from START up to END: event indices (`100..2000`) or times in
+    /// microseconds as the trace records them (`1764000000000000us..1764000001000000us`); either
+    /// end may be left out.
+    #[arg(long, value_name = "START..END")]
+    pub range: Option<String>,
+    /// How many blocks, sites and leak candidates to list.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// How many frames of each stack to show (torch's viewer's filter applied first).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub frames: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `workbook inspect`.
+pub fn run(args: &InspectArgs) -> Result<ExitCode> {
+    let range = match &args.range {
+        Some(text) => Range::parse(text)?,
+        None => Range::default(),
+    };
+    let limits = Limits {
+        top: args.top,
+        frames: args.frames,
+    };
+    let report = analysis::inspect(&args.snapshot, range, limits)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report serialises")
+        );
+    } else {
+        print!("{}", text(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A range in words.
+pub fn range_text(range: &Range) -> String {
+    use analysis::Point;
+    let point = |p: Option<Point>, open: &str| match p {
+        None => open.to_string(),
+        Some(Point::Event(n)) => format!("event {n}"),
+        Some(Point::Micros(n)) => format!("{n} us"),
+    };
+    if range.is_whole() {
+        "the whole history".to_string()
+    } else {
+        format!(
+            "from {} up to {}",
+            point(range.start, "the start"),
+            point(range.end, "the end")
+        )
+    }
+}
+
+/// A stack on one line, innermost first.
+pub fn stack_text(frames: &[String]) -> String {
+    if frames.is_empty() {
+        "(no frames recorded)".to_string()
+    } else {
+        frames.join(" ← ")
+    }
+}
+
+/// The report as text.
+pub fn text(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: {}", report.file, report.kind);
+    let conf = if report.alloc_conf.is_empty() {
+        "(torch's defaults)".to_string()
+    } else {
+        report.alloc_conf.clone()
+    };
+    let _ = writeln!(out, "allocator settings: {conf}");
+    let _ = writeln!(out, "range: {}", range_text(&report.range));
+    for d in &report.devices {
+        out.push('\n');
+        device_text(&mut out, d);
+    }
+    out
+}
+
+fn device_text(out: &mut String, d: &DeviceReport) {
+    let _ = writeln!(
+        out,
+        "device {}: {} events in the range of {} ({} allocs, {} frees, {} segment allocs, {} \
+         segment frees, {} out of memory)",
+        d.device,
+        d.events_in_range,
+        d.events,
+        d.allocs,
+        d.frees,
+        d.segment_allocs,
+        d.segment_frees,
+        d.ooms.len()
+    );
+    let _ = writeln!(
+        out,
+        "  peak allocated  {} at event {} (time_us {})",
+        format_bytes(d.peak_allocated.bytes),
+        d.peak_allocated.event,
+        d.peak_allocated.time_us
+    );
+    let _ = writeln!(
+        out,
+        "  peak reserved   {} at event {} (time_us {})",
+        format_bytes(d.peak_reserved.bytes),
+        d.peak_reserved.event,
+        d.peak_reserved.time_us
+    );
+    let _ = writeln!(
+        out,
+        "  at the allocated peak: {} reserved in {} segment{}; {} allocated before recording \
+         began (no frames)",
+        format_bytes(d.reserved_at_peak),
+        d.segments_at_peak,
+        if d.segments_at_peak == 1 { "" } else { "s" },
+        format_bytes(d.unrecorded_at_peak)
+    );
+    let _ = writeln!(out, "\n  largest blocks live at the peak");
+    let _ = writeln!(out, "  {:>12}  {:>8}  frames", "size", "event");
+    for b in &d.largest_blocks {
+        let _ = writeln!(
+            out,
+            "  {:>12}  {:>8}  {}",
+            format_bytes(b.size),
+            b.allocated_at,
+            stack_text(&b.frames)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n  allocation sites live at the peak, by bytes ({} sites in all)",
+        d.site_count
+    );
+    let _ = writeln!(out, "  {:>12}  {:>8}  frames", "bytes", "blocks");
+    for s in &d.sites {
+        let _ = writeln!(
+            out,
+            "  {:>12}  {:>8}  {}",
+            format_bytes(s.bytes),
+            s.blocks,
+            stack_text(&s.frames)
+        );
+    }
+    let f = &d.fragmentation;
+    let _ = writeln!(out, "\n  fragmentation at the peak");
+    let _ = writeln!(
+        out,
+        "    reserved - allocated      {}",
+        format_bytes(f.reserved_minus_allocated)
+    );
+    let _ = writeln!(
+        out,
+        "    largest free block        {}",
+        format_bytes(f.largest_free_block)
+    );
+    for c in &f.by_class {
+        let _ = writeln!(
+            out,
+            "    free in {:<6} segments   {} of {} in {} segment{}",
+            c.class,
+            format_bytes(c.free),
+            format_bytes(c.reserved),
+            c.segments,
+            if c.segments == 1 { "" } else { "s" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "    torch viewer's calculate_fragmentation (sum of free gaps squared / reserved squared): {:.6}",
+        f.viewer_fragmentation
+    );
+    if !d.ooms.is_empty() {
+        let _ = writeln!(out, "\n  out of memory");
+        for o in &d.ooms {
+            let _ = writeln!(
+                out,
+                "    event {} (time_us {}): {} allocated, {} reserved\n      {}\n      at {}",
+                o.event,
+                o.time_us,
+                format_bytes(o.allocated),
+                format_bytes(o.reserved),
+                o.why,
+                stack_text(&o.frames)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n  leak candidates: {} block{} ({}) allocated in the range and alive at its end",
+        d.leak_count,
+        if d.leak_count == 1 { "" } else { "s" },
+        format_bytes(d.leak_bytes)
+    );
+    for b in &d.leak_candidates {
+        let _ = writeln!(
+            out,
+            "  {:>12}  {:>8}  {}",
+            format_bytes(b.size),
+            b.allocated_at,
+            stack_text(&b.frames)
+        );
+    }
+}
