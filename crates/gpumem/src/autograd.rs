@@ -264,6 +264,8 @@ impl<T: Float> Saved<T> {
         match self {
             Saved::Value(b) => b.ptr(),
             Saved::Index(b) => b.ptr(),
+            Saved::Mask(b) => b.ptr(),
+            Saved::Stats(b) => b.ptr(),
         }
     }
 
@@ -271,6 +273,8 @@ impl<T: Float> Saved<T> {
         match self {
             Saved::Value(b) => b.len(),
             Saved::Index(b) => b.len(),
+            Saved::Mask(b) => b.len(),
+            Saved::Stats(b) => b.len(),
         }
     }
 
@@ -296,6 +300,17 @@ impl<T: Float> Saved<T> {
                 ptr: b.ptr(),
                 bytes: b.len() * std::mem::size_of::<i64>(),
                 dtype: "torch.int64",
+            },
+            // CUDA's native_dropout keeps its mask as torch.bool, one byte per element.
+            Saved::Mask(b) => SavedTensor {
+                ptr: b.ptr(),
+                bytes: b.len(),
+                dtype: "torch.bool",
+            },
+            Saved::Stats(b) => SavedTensor {
+                ptr: b.ptr(),
+                bytes: b.len() * std::mem::size_of::<f32>(),
+                dtype: "torch.float32",
             },
         }
     }
