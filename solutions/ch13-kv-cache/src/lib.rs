@@ -70,8 +70,9 @@ pub fn predict_fit(
     block_size: usize,
     tokens: usize,
 ) -> Fit {
-    let region = round_size(kv_bytes(config, max_len) as usize, &AllocatorConfig::default());
-    let segment = segment_size_for(region);
+    let defaults = AllocatorConfig::default();
+    let region = round_size(kv_bytes(config, max_len) as usize, &defaults);
+    let segment = segment_size_for(region, &defaults);
     let contiguous = (budget as usize / segment) * (segment / region);
     let blocks = budget / kv_bytes(config, block_size);
     let per_request = tokens.div_ceil(block_size) as u64;
