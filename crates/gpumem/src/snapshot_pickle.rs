@@ -13,15 +13,18 @@
 //! entries (Python writes them in batches of 1000).
 //!
 //! Frames: gpumem records no stacks. An entry recorded during a `malloc` gets one frame, the call
-//! site that `#[track_caller]` gives (file and line, no function name); blocks and segments get
-//! none. The frames of a PyTorch snapshot's trace entries are read into a [`Stacks`] table (each
+//! site that `#[track_caller]` gives (file and line, no function name); a segment and a live block
+//! are written with the frames of the trace entry that reserved or allocated them, as torch
+//! writes them. The frames of a PyTorch snapshot's trace entries are read into a [`Stacks`] table (each
 //! distinct frame and each distinct stack kept once: torch shares the frame dicts between
 //! entries, so the pickle refers back to them) and each entry is handed over with its stack's id;
 //! the frames of segments and blocks are read past.
 
 use crate::AllocatorConfig;
 use crate::allocator::StreamId;
-use crate::history::{BlockInfo, BlockState, SegmentInfo, Snapshot, TraceAction, TraceEntry};
+use crate::history::{
+    BlockInfo, BlockState, Frame, SegmentInfo, Snapshot, TraceAction, TraceEntry,
+};
 use crate::stats::Pool;
 use crate::trace::{AllocTrace, EntryConverter, Stacks};
 use std::collections::HashMap;
@@ -93,6 +96,7 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
     p.raw(&[PROTO, PROTOCOL])?;
     p.begin_dict()?;
 
+    let (segment_frames, block_frames) = live_frames(&snapshot.trace);
     p.str("segments")?;
     p.begin_list()?;
     for s in &snapshot.segments {
@@ -113,7 +117,7 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
         p.raw(&[TUPLE2])?;
         p.str("is_expandable")?;
         p.bool(s.is_expandable)?;
-        p.empty_frames()?;
+        p.frames(segment_frames.get(&s.address).copied().unwrap_or(&[]))?;
         p.str("blocks")?;
         p.begin_list()?;
         for b in &s.blocks {
@@ -127,7 +131,11 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
                 BlockState::ActivePendingFree => "active_pending_free",
                 BlockState::Inactive => "inactive",
             })?;
-            p.empty_frames()?;
+            let frames = match b.state {
+                BlockState::Inactive => None,
+                _ => block_frames.get(&b.address).copied(),
+            };
+            p.frames(frames.unwrap_or(&[]))?;
             p.end_dict()?;
         }
         p.end_list()?;
@@ -158,18 +166,7 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
         p.key_int("size", e.size.into())?;
         p.key_int("stream", e.stream.into())?;
         p.key_int("time_us", e.time_us.into())?;
-        p.str("frames")?;
-        p.begin_list()?;
-        for f in &e.frames {
-            p.begin_dict()?;
-            p.str("filename")?;
-            p.str(&f.filename)?;
-            p.key_int("line", f.line.into())?;
-            p.str("name")?;
-            p.str(&f.name)?;
-            p.end_dict()?;
-        }
-        p.end_list()?;
+        p.frames(&e.frames)?;
         p.end_dict()?;
     }
     p.end_list()?;
@@ -357,10 +354,53 @@ impl<W: Write> Pickler<'_, W> {
         self.raw(&f.to_be_bytes())
     }
 
-    fn empty_frames(&mut self) -> io::Result<()> {
+    /// The `frames` key and its list of `{filename, line, name}` dicts.
+    fn frames(&mut self, frames: &[Frame]) -> io::Result<()> {
         self.str("frames")?;
-        self.raw(&[EMPTY_LIST])
+        if frames.is_empty() {
+            return self.raw(&[EMPTY_LIST]);
+        }
+        self.begin_list()?;
+        for f in frames {
+            self.begin_dict()?;
+            self.str("filename")?;
+            self.str(&f.filename)?;
+            self.key_int("line", f.line.into())?;
+            self.str("name")?;
+            self.str(&f.name)?;
+            self.end_dict()?;
+        }
+        self.end_list()
     }
+}
+
+/// The frames torch gives a snapshot's segments and live blocks: those of the call that reserved
+/// the segment (`segment_alloc`, or the `segment_map` that grew an expandable one) and of the
+/// call that allocated the block (`alloc`), from the trace, by address. A block or segment whose
+/// event is not in the trace (recorded before history was on, or dropped by `max_entries`) gets
+/// none.
+#[allow(clippy::type_complexity)] // two maps of the same shape, named where they are used
+fn live_frames(trace: &[TraceEntry]) -> (HashMap<u64, &[Frame]>, HashMap<u64, &[Frame]>) {
+    let mut segments = HashMap::new();
+    let mut blocks = HashMap::new();
+    for e in trace {
+        match e.action {
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                segments.entry(e.addr).or_insert(e.frames.as_slice());
+            }
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                segments.remove(&e.addr);
+            }
+            TraceAction::Alloc => {
+                blocks.insert(e.addr, e.frames.as_slice());
+            }
+            TraceAction::FreeCompleted => {
+                blocks.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    (segments, blocks)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -62,6 +62,21 @@ assert [(a['name'], a['stage'], a['device'], a['time_us']) for a in snap['extern
 assert all(e['action'] != 'annotation' for t in snap['device_traces'] for e in t)
 segs = snap['segments']
 assert len(segs) == len(want['segments'])
+# torch's segments carry the frames of the call that reserved them, live blocks those of the call
+# that allocated them: here, those of the trace's last segment_alloc / alloc at that address.
+def frames_of(w):
+    return [{'filename': f['filename'], 'line': f['line'], 'name': f['name']}
+            for f in w.get('frames', [])]
+seg_frames, blk_frames = {}, {}
+for w in want['trace']:
+    if w['action'] in ('segment_alloc', 'segment_map'):
+        seg_frames.setdefault(w['addr'], frames_of(w))
+    elif w['action'] in ('segment_free', 'segment_unmap'):
+        seg_frames.pop(w['addr'], None)
+    elif w['action'] == 'alloc':
+        blk_frames[w['addr']] = frames_of(w)
+    elif w['action'] == 'free_completed':
+        blk_frames.pop(w['addr'], None)
 for s, w in zip(segs, want['segments']):
     for k in ('device', 'address', 'total_size', 'allocated_size', 'active_size',
               'requested_size', 'stream', 'segment_type', 'segment_pool_id',
@@ -73,7 +88,7 @@ for s, w in zip(segs, want['segments']):
         assert s[k] == w[k], (k, s[k], w[k])
     assert s['segment_pool_id'] == (0, 0)
     assert s['requested_size'] == sum(b['requested_size'] for b in s['blocks'])
-    assert s['frames'] == []
+    assert s['frames'] == seg_frames.get(s['address'], []), (s['address'], s['frames'])
     assert len(s['blocks']) == len(w['blocks'])
     addr = s['address']
     internal = external = allocated = 0
@@ -82,6 +97,8 @@ for s, w in zip(segs, want['segments']):
         assert b['address'] == addr == wb['address']
         assert (b['size'], b['requested_size'], b['state']) == \
             (wb['size'], wb['requested_size'], wb['state'])
+        want_frames = [] if b['state'] == 'inactive' else blk_frames.get(b['address'], [])
+        assert b['frames'] == want_frames, (b['address'], b['frames'], want_frames)
         addr += b['size']
         if b['state'] == 'active_allocated':
             allocated += b['requested_size']
@@ -113,6 +130,7 @@ print(sorted(int(k) for k in settings['roundup_power2_divisions'])[-1],
       settings['roundup_power2_divisions']['1'])
 print(sorted({b['state'] for s in segs for b in s['blocks']}))
 print(sorted({(e['action'], f['filename'].split('/')[-1]) for e in entries for f in e['frames']}))
+print(sum(1 for s in segs if s['frames']), sum(1 for s in segs for b in s['blocks'] if b['frames']))
 "#;
 
 #[test]
@@ -151,6 +169,9 @@ fn python_reads_every_field_torchs_tools_read() -> Result<()> {
         lines[4],
         "[('alloc', 'snapshot_pickle.rs'), ('segment_alloc', 'snapshot_pickle.rs')]"
     );
+    // Both segments carry their reserving call's frames, and so do the two active blocks (the
+    // allocated one and the one pending on the side stream); the free block has none.
+    assert_eq!(lines[5], "2 2");
     // The OOM path waits for every stream (torch's synchronize_and_free_events), so the pending
     // free completes and the emptied small segment goes back before the OOM is recorded.
     let err = a
@@ -170,6 +191,7 @@ fn python_reads_every_field_torchs_tools_read() -> Result<()> {
         Some(format!("{before} snapshot free_completed segment_free oom").as_str())
     );
     assert_eq!(out.lines().nth(3), Some("['active_allocated', 'inactive']"));
+    assert_eq!(out.lines().nth(5), Some("1 1"));
     a.free(big, Vec::new());
     Ok(())
 }
