@@ -126,6 +126,9 @@ pub struct DeviceStats {
     pub num_device_alloc: u64,
     /// Segments returned to the device.
     pub num_device_free: u64,
+    /// Allocations refused before asking the device, by torch 2.15's `throw_on_cudamalloc_oom`
+    /// with a memory fraction; gpumem refuses that option, so this stays 0 (the key is torch's).
+    pub num_oom_rejections: u64,
     /// The `max_split_size` setting in bytes; `u64::MAX` when unset (torch reports the same bits
     /// as -1, its `int64_t` of `SIZE_MAX`).
     pub max_split_size: u64,
@@ -169,6 +172,7 @@ impl DeviceStats {
         self.num_sync_all_streams = 0;
         self.num_device_alloc = 0;
         self.num_device_free = 0;
+        self.num_oom_rejections = 0;
     }
 
     /// The torch-keyed view of these counters.
@@ -203,6 +207,7 @@ impl DeviceStats {
         map.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
         map.insert("num_device_alloc".into(), self.num_device_alloc);
         map.insert("num_device_free".into(), self.num_device_free);
+        map.insert("num_oom_rejections".into(), self.num_oom_rejections);
         map.insert("max_split_size".into(), self.max_split_size);
         MemoryStats { map }
     }
@@ -380,8 +385,11 @@ mod tests {
     #[test]
     fn every_torch_key_is_present() {
         let stats = DeviceStats::default().to_memory_stats();
-        // 9 pooled stats x 3 pools x 4 fields + 2 oversize x 4 + 5 counters + max_split_size
-        assert_eq!(stats.len(), 9 * 3 * 4 + 2 * 4 + 5 + 1);
+        // 9 pooled stats x 3 pools x 4 fields + 2 oversize x 4 + 6 counters + max_split_size
+        // (torch 2.15's `memory_stats()` keys; `reserved_bytes_by_private_pools.*` has none
+        // without private pools, and gpumem has none).
+        assert_eq!(stats.len(), 9 * 3 * 4 + 2 * 4 + 6 + 1);
+        assert_eq!(stats.get("num_oom_rejections"), Some(0));
         assert_eq!(stats.get("allocated_bytes.all.current"), Some(0));
         assert_eq!(stats.get("inactive_split_bytes.small_pool.peak"), Some(0));
         assert_eq!(stats.get("requested_bytes.large_pool.freed"), Some(0));
