@@ -294,22 +294,7 @@ impl Landlocked {
             argv.push(c(log_path.as_os_str())?);
         }
         let scratch_text = scratch.0.to_string_lossy().into_owned();
-        let mut env: Vec<(String, String)> = vec![
-            ("HOME".into(), scratch_text.clone()),
-            ("TMPDIR".into(), scratch_text.clone()),
-            ("PATH".into(), "/usr/bin:/bin".into()),
-            ("RUST_BACKTRACE".into(), "0".into()),
-            // Fewer malloc arenas: each reserves 64 MiB of address space, which counts.
-            ("MALLOC_ARENA_MAX".into(), "2".into()),
-        ];
-        for (key, value) in std::env::vars() {
-            if key.starts_with("GPUMEM_") {
-                env.push((key, value));
-            }
-        }
-        if !self.cuda {
-            env.push(("GPUMEM_DEVICE".into(), "cpu".into()));
-        }
+        let mut env = super::sandbox::test_env(&scratch_text, self.cuda);
         for (key, value) in extra_env {
             let value = if key == "CARGO_MANIFEST_DIR" {
                 scratch_text.clone()

@@ -51,6 +51,29 @@ const INFO_FD: RawFd = 11;
 pub use super::Tier;
 pub use super::landlocked::{Confined, Landlocked};
 
+/// The environment a test starts with in either tier, its scratch folder (as the test sees it)
+/// as home and `/tmp`: nothing of the grader's but the `GPUMEM_*` settings, and the `cpu` device
+/// unless the grader runs on cuda.
+pub fn test_env(scratch: &str, cuda: bool) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("HOME".into(), scratch.into()),
+        ("TMPDIR".into(), scratch.into()),
+        ("PATH".into(), "/usr/bin:/bin".into()),
+        ("RUST_BACKTRACE".into(), "0".into()),
+        // Fewer malloc arenas: each reserves 64 MiB of address space, which counts.
+        ("MALLOC_ARENA_MAX".into(), "2".into()),
+    ];
+    for (key, value) in std::env::vars() {
+        if key.starts_with("GPUMEM_") {
+            env.push((key, value));
+        }
+    }
+    if !cuda {
+        env.push(("GPUMEM_DEVICE".into(), "cpu".into()));
+    }
+    env
+}
+
 /// Where every graded test process runs: one of the two tiers.
 #[derive(Debug)]
 pub enum Sandbox {
@@ -248,22 +271,7 @@ impl Bubblewrap {
             .arg(&log.dir)
             .arg(LOG_DIR)
             .args(["--remount-ro", "/", "--chdir", SCRATCH, "--clearenv"]);
-        let mut env: Vec<(String, String)> = vec![
-            ("HOME".into(), SCRATCH.into()),
-            ("TMPDIR".into(), SCRATCH.into()),
-            ("PATH".into(), "/usr/bin:/bin".into()),
-            ("RUST_BACKTRACE".into(), "0".into()),
-            // Fewer malloc arenas: each reserves 64 MiB of address space, which counts.
-            ("MALLOC_ARENA_MAX".into(), "2".into()),
-        ];
-        for (key, value) in std::env::vars() {
-            if key.starts_with("GPUMEM_") {
-                env.push((key, value));
-            }
-        }
-        if !self.cuda {
-            env.push(("GPUMEM_DEVICE".into(), "cpu".into()));
-        }
+        let mut env = test_env(SCRATCH, self.cuda);
         env.extend(extra_env.iter().cloned());
         for (key, value) in env {
             cmd.arg("--setenv").arg(key).arg(value);
