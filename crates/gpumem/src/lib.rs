@@ -13,47 +13,55 @@
 
 #![warn(missing_docs)]
 
-pub mod activity;
-pub mod allocator;
 pub mod autograd;
-pub mod backend;
-pub mod backend_cpu;
-pub mod backend_cuda;
-pub mod buffer;
-pub mod config;
-pub mod cuda;
-pub mod device;
 pub mod error;
 pub mod format;
-pub mod history;
-pub mod kv_cache;
+mod formats;
+mod inference;
+mod memory;
 pub mod ops;
 pub mod optim;
-pub mod pinned;
-pub mod serving;
-pub mod snapshot_pickle;
-pub mod stats;
-pub mod stream;
+mod policy;
+mod raw;
 pub mod testing;
-pub mod trace;
-pub mod transfer;
 
-pub use activity::Activity;
-pub use allocator::{Allocation, CachingAllocator, StreamId};
-pub use backend::DeviceProperties;
-pub use buffer::{Buffer, Element};
-pub use config::AllocatorConfig;
-pub use device::{Device, DeviceKind};
-pub use error::{Error, Result};
-pub use format::format_bytes;
-pub use history::{
-    HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, TraceAction, TraceEntry,
+// The public module paths, as learners, chapters, tests and the workbook name them.
+pub use formats::{snapshot_pickle, trace};
+pub use inference::{kv_cache, serving};
+pub use memory::{activity, buffer, device, pinned, stream, transfer};
+pub use policy::{allocator, config, stats};
+pub use raw::{backend, cpu as backend_cpu, cuda as backend_cuda};
+
+/// Whether CUDA can be used on this machine, asked without ever panicking, and NVRTC's kernels.
+pub mod cuda {
+    pub use crate::ops::cuda::{KernelImage, KernelTarget, compile_kernels, kernel_names};
+    pub use crate::raw::driver::*;
+}
+
+/// `record_memory_history` and `snapshot`: what the allocator holds now and how it got there.
+pub mod history {
+    pub use crate::memory::snapshot_request::SnapshotRequest;
+    pub use crate::policy::history::*;
+}
+
+// The names learners use most, at the crate root (documented in their modules above).
+#[doc(no_inline)]
+pub use self::{
+    activity::Activity,
+    allocator::{Allocation, CachingAllocator, StreamId},
+    backend::DeviceProperties,
+    buffer::{Buffer, Element},
+    config::AllocatorConfig,
+    device::{Device, DeviceKind},
+    error::{Error, Result},
+    format::format_bytes,
+    history::{HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, TraceAction, TraceEntry},
+    kv_cache::{BlockPool, BlockTable, ContiguousCache, KvConfig},
+    pinned::{HostMemoryStats, PinnedBuffer},
+    stats::{MemoryStats, Pool},
+    stream::{Event, Stream},
+    transfer::{CopyCount, TransferStats},
 };
-pub use kv_cache::{BlockPool, BlockTable, ContiguousCache, KvConfig};
-pub use pinned::{HostMemoryStats, PinnedBuffer};
-pub use stats::{MemoryStats, Pool};
-pub use stream::{Event, Stream};
-pub use transfer::{CopyCount, TransferStats};
 
 /// Half-precision element types (`f16`, `bf16`), re-exported from the `half` crate.
 pub use half::{bf16, f16};

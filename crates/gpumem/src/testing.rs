@@ -1,8 +1,8 @@
 //! Test support: exclusive use of the device under test, with clean statistics, and the norm-wise
 //! comparison the numerics tests use.
 
-use crate::config::AllocatorConfig;
-use crate::device::Device;
+use crate::memory::device::Device;
+use crate::policy::config::AllocatorConfig;
 use std::sync::{Mutex, MutexGuard};
 
 /// The device a test runs on, held exclusively by that test until dropped.
@@ -118,7 +118,7 @@ impl Prediction {
     {
         let show = |n: T| match n.try_into() {
             Ok(n) if n < 1024 => format!("{n} B"),
-            Ok(n) => format!("{n} B ({})", crate::format_bytes(n)),
+            Ok(n) => format!("{n} B ({})", crate::format::format_bytes(n)),
             Err(_) => "a size beyond u64".to_string(),
         };
         self.push(name, show(predicted), show(measured), predicted == measured)

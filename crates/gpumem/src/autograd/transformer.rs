@@ -23,8 +23,8 @@
 //! input's dtype (`torch/_refs/__init__.py`, `native_layer_norm`).
 
 use super::{BackwardFn, Saved, Tensor, autograd_error, count_forward, invalid, next_value, share};
-use crate::buffer::Buffer;
 use crate::error::Result;
+use crate::memory::buffer::Buffer;
 use crate::ops::{self, Float, HeadLayout, SdpaShape};
 
 /// What [`Tensor::layer_norm`] keeps for backward besides its input.
@@ -592,7 +592,7 @@ impl<T: Float> GptLayer<T> {
     /// A layer of hidden size `hidden` and `heads` heads: linear weights as `nn.Linear` draws them
     /// (from `rng`, in f32, rounded to `T`), LayerNorm weights 1 and biases 0.
     pub fn new(
-        dev: &crate::Device,
+        dev: &crate::memory::device::Device,
         hidden: usize,
         heads: usize,
         rng: &mut crate::ops::XorShift,

@@ -13,9 +13,9 @@
 use super::cuda::Arg;
 use super::elementwise::Launch;
 use super::{Float, expect_len, host, host_mut, invalid, same_device};
-use crate::buffer::Buffer;
-use crate::device::Device;
 use crate::error::Result;
+use crate::memory::buffer::Buffer;
+use crate::memory::device::Device;
 
 /// The largest head dimension [`sdpa_forward`] takes (the CUDA kernels' per-thread accumulators).
 pub const SDPA_MAX_HEAD_DIM: usize = 256;
@@ -149,7 +149,7 @@ fn flag(b: bool) -> Arg {
     Arg::U32(b as u32)
 }
 
-fn check_len<T: crate::buffer::Element>(
+fn check_len<T: crate::memory::buffer::Element>(
     op: &'static str,
     what: &str,
     dev: &Device,

@@ -2,12 +2,12 @@
 //! handle per device, made at first use and kept; launches on the legacy default stream.
 
 use super::DType;
-use crate::backend::{DeviceBackend, DevicePtr};
-use crate::backend_cuda::CudaBackend;
-use crate::cuda::{
+use crate::error::{Error, Result};
+use crate::raw::backend::{DeviceBackend, DevicePtr};
+use crate::raw::cuda::CudaBackend;
+use crate::raw::driver::{
     cublas_error, driver_error, explain_driver_error, library_name, nvrtc_error, nvrtc_missing,
 };
-use crate::error::{Error, Result};
 use cudarc::cublas::{result as blas_result, sys as blas_sys};
 use cudarc::driver::{CudaContext, CudaFunction, result as driver_result};
 use std::collections::HashMap;

@@ -4,11 +4,11 @@
 
 use super::cuda::{self, Arg};
 use super::{Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
-use crate::activity::KernelSpan;
-use crate::backend::RawStream;
-use crate::buffer::{Buffer, Element};
-use crate::device::Device;
 use crate::error::Result;
+use crate::memory::activity::KernelSpan;
+use crate::memory::buffer::{Buffer, Element};
+use crate::memory::device::Device;
+use crate::raw::backend::RawStream;
 
 /// One kernel of an op, on either device: begun before the op's cuda-or-cpu branch, it is one span
 /// of the device's activity, ending when [`Launch::cuda`] returns or, on cpu, when it is dropped.
@@ -266,7 +266,7 @@ unsafe fn snapshot<T: Float>(buf: &Buffer<T>) -> Vec<T> {
 }
 
 /// Reads the single value of a one-element result buffer (one device-to-host copy, like `.item()`).
-fn read_scalar<T: crate::buffer::Element>(buf: &Buffer<T>) -> Result<T> {
+fn read_scalar<T: crate::memory::buffer::Element>(buf: &Buffer<T>) -> Result<T> {
     let mut out = [T::default()];
     buf.copy_to_slice(&mut out)?;
     Ok(out[0])

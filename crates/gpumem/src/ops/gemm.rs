@@ -3,8 +3,8 @@
 
 use super::cuda::{self, ColumnMajorGemm};
 use super::{DType, Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
-use crate::buffer::Buffer;
 use crate::error::Result;
+use crate::memory::buffer::Buffer;
 use std::borrow::Cow;
 
 /// The shape of a row-major product `C[m×n] = op(A)·op(B)`, where `op` takes a matrix as stored or

@@ -6,8 +6,8 @@
 use super::cuda::Arg;
 use super::elementwise::{Launch, f64_sq_diff_sum, f64_sum, map, map2, update};
 use super::{Float, expect_len, host, host_mut, invalid, product, same_device, same_memory};
-use crate::buffer::Buffer;
 use crate::error::Result;
+use crate::memory::buffer::Buffer;
 
 /// GELU's `√(2/π)` (tanh approximation).
 const GELU_K: f32 = 0.797_884_6;
@@ -202,7 +202,11 @@ pub fn log_softmax_backward<T: Float>(
 }
 
 /// Fails unless every target names a class in `0..cols` (checked on the host, before any upload).
-pub fn check_targets(dev: &crate::Device, targets: &[usize], cols: usize) -> Result<()> {
+pub fn check_targets(
+    dev: &crate::memory::device::Device,
+    targets: &[usize],
+    cols: usize,
+) -> Result<()> {
     match targets.iter().position(|&t| t >= cols) {
         None => Ok(()),
         Some(row) => Err(invalid(
@@ -217,7 +221,11 @@ pub fn check_targets(dev: &crate::Device, targets: &[usize], cols: usize) -> Res
 }
 
 /// As [`check_targets`] for targets already on a cpu device.
-fn check_target_buffer(dev: &crate::Device, targets: &[i64], cols: usize) -> Result<()> {
+fn check_target_buffer(
+    dev: &crate::memory::device::Device,
+    targets: &[i64],
+    cols: usize,
+) -> Result<()> {
     match targets
         .iter()
         .position(|&t| t < 0 || t as u64 >= cols as u64)

@@ -58,9 +58,9 @@ pub use model::{Linear, LinearGrads, LinearSaved, Mlp, MlpGrads, MlpSaved};
 pub use optim::{add_scalar, addcdiv, addcmul, mul_in_place, relu_in_place, sqrt};
 pub use random::XorShift;
 
-use crate::buffer::{Buffer, Element};
-use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::memory::buffer::{Buffer, Element};
+use crate::memory::device::Device;
 use half::{bf16, f16};
 
 /// The element types the compute layer works on.

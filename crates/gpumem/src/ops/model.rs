@@ -11,9 +11,9 @@ use super::{
     DType, Float, MatMul, XorShift, axpy, cast, col_sum_into, expect_len, gemm_into, invalid,
     matmul, product, relu, relu_backward, same_device, scale, unscale_and_check, zero,
 };
-use crate::buffer::Buffer;
-use crate::device::Device;
 use crate::error::Result;
+use crate::memory::buffer::Buffer;
+use crate::memory::device::Device;
 use std::any::Any;
 
 /// A fully connected layer `y = x·Wᵀ + b` (torch's `nn.Linear`), with f32 master parameters.

@@ -7,8 +7,8 @@
 use super::cuda::Arg;
 use super::elementwise::{Launch, map, relu_f32, update, update_with};
 use super::{Float, expect_len, host, host_mut, same_device};
-use crate::buffer::Buffer;
 use crate::error::Result;
+use crate::memory::buffer::Buffer;
 
 /// The values of a cpu buffer as f32, copied (so the output may be the same buffer).
 ///

@@ -7,9 +7,9 @@
 //! checks every event and names the first bad one). [`replay`] runs it through a caching allocator
 //! and reports the peaks, the device reservations and the time per event.
 
-use crate::allocator::{Allocation, CachingAllocator, StreamId};
-use crate::backend::RawMemory;
-use crate::history::{Frame, Snapshot, TraceAction, TraceEntry};
+use crate::policy::allocator::{Allocation, CachingAllocator, StreamId};
+use crate::policy::history::{Frame, Snapshot, TraceAction, TraceEntry};
+use crate::raw::backend::RawMemory;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -506,7 +506,7 @@ pub enum ReplayError {
         /// The event's position in the trace.
         index: usize,
         /// The allocator's error.
-        source: crate::Error,
+        source: crate::error::Error,
     },
 }
 
@@ -843,8 +843,8 @@ impl<'de> serde::Deserialize<'de> for RawTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend_cpu::CpuBackend;
-    use crate::config::AllocatorConfig;
+    use crate::policy::config::AllocatorConfig;
+    use crate::raw::cpu::CpuBackend;
 
     const HEAD: &str = r#"{"format":"gpumem-alloc-trace","version":1,"events":"#;
 

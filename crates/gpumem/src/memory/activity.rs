@@ -27,7 +27,6 @@
 //!
 //! [`Device::record_activity`]: crate::Device::record_activity
 
-use crate::pinned::HostMemoryStats;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -247,14 +246,15 @@ impl ActivityLog {
         }
     }
 
-    /// Records an event of the pinned host allocator, with its counters after it.
+    /// Records an event of the pinned host allocator, with its allocated and reserved bytes after it.
     pub(crate) fn host(
         &self,
         action: HostAction,
         block: u64,
         size: usize,
         requested: usize,
-        stats: &HostMemoryStats,
+        allocated: u64,
+        reserved: u64,
     ) {
         if !self.on() {
             return;
@@ -267,8 +267,8 @@ impl ActivityLog {
             block,
             size: size as u64,
             requested: requested as u64,
-            allocated: stats.allocated_bytes.current,
-            reserved: stats.reserved_bytes.current,
+            allocated,
+            reserved,
         });
     }
 

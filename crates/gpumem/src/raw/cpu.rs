@@ -11,11 +11,11 @@
 //! fresh device take the same decisions whatever the process did before; host `malloc` addresses
 //! depend on ASLR and on earlier frees.
 
-use crate::backend::{
+use crate::error::{Error, Result};
+use crate::raw::backend::{
     DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
     ReserveError,
 };
-use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

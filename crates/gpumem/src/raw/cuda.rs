@@ -5,12 +5,12 @@
 //! allocator sits on top). Handles cross this layer as plain integers, and the device's primary
 //! context is bound to the calling thread before every driver call, so any thread may call in.
 
-use crate::backend::{
+use crate::error::{Error, Result};
+use crate::raw::backend::{
     DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
     ReserveError,
 };
-use crate::cuda;
-use crate::error::{Error, Result};
+use crate::raw::driver;
 use cudarc::driver::{CudaContext, DriverError, result, sys};
 use std::sync::Arc;
 
@@ -30,18 +30,18 @@ const _: () = {
 impl CudaBackend {
     /// Opens device `cuda:{ordinal}` (retains its primary context).
     pub fn new(ordinal: usize) -> Result<CudaBackend> {
-        if !cuda::is_available() {
+        if !driver::is_available() {
             return Err(Error::CudaUnavailable {
-                reason: cuda::unavailable_reason()
+                reason: driver::unavailable_reason()
                     .unwrap_or_else(|| "the CUDA driver could not be used".to_string()),
             });
         }
-        let count = cuda::device_count();
+        let count = driver::device_count();
         if ordinal >= count {
             return Err(Error::NoSuchDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| {
-            cuda::driver_error("cuDevicePrimaryCtxRetain", &format!("cuda:{ordinal}"), e)
+            driver::driver_error("cuDevicePrimaryCtxRetain", &format!("cuda:{ordinal}"), e)
         })?;
         Ok(CudaBackend { ordinal, ctx })
     }
@@ -58,7 +58,7 @@ impl CudaBackend {
 
     /// Turns a driver failure into the crate's error for this device, with what to do about it.
     fn driver_error(&self, op: &'static str, err: DriverError) -> Error {
-        cuda::driver_error(op, &format!("cuda:{}", self.ordinal), err)
+        driver::driver_error(op, &format!("cuda:{}", self.ordinal), err)
     }
 
     /// Makes the primary context current on the calling thread.
@@ -416,7 +416,7 @@ impl DeviceBackend for CudaBackend {
             }),
             Err(e) => Err(Error::HostAlloc {
                 size,
-                reason: format!("cuMemHostAlloc failed: {}", cuda::explain_driver_error(e)),
+                reason: format!("cuMemHostAlloc failed: {}", driver::explain_driver_error(e)),
             }),
         }
     }
@@ -437,7 +437,7 @@ mod tests {
 
     #[test]
     fn new_fails_cleanly_without_cuda() {
-        if cuda::is_available() {
+        if driver::is_available() {
             return;
         }
         let err = CudaBackend::new(0).unwrap_err();
@@ -447,10 +447,10 @@ mod tests {
 
     #[test]
     fn a_bad_ordinal_is_no_such_device() {
-        if !cuda::is_available() {
+        if !driver::is_available() {
             return;
         }
-        let err = CudaBackend::new(cuda::device_count()).unwrap_err();
+        let err = CudaBackend::new(driver::device_count()).unwrap_err();
         assert!(matches!(err, Error::NoSuchDevice { .. }), "{err}");
     }
 }

@@ -1,14 +1,14 @@
 //! `Device`: the handle learners hold, with torch.cuda's memory functions as methods.
 
-use crate::allocator::CachingAllocator;
-use crate::backend::{DeviceBackend, DeviceProperties, DevicePtr, RawMemory, ReserveError};
-use crate::backend_cpu::{CpuBackend, cpu_capacity, physical_memory};
-use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::history::Snapshot;
-use crate::pinned::{HostAllocator, HostMemoryStats};
-use crate::stats::MemoryStats;
-use crate::transfer::{TransferCounters, TransferStats};
+use crate::memory::host_cache::{HostAllocator, HostMemoryStats};
+use crate::memory::transfer::{TransferCounters, TransferStats};
+use crate::policy::allocator::CachingAllocator;
+use crate::policy::config::AllocatorConfig;
+use crate::policy::history::Snapshot;
+use crate::policy::stats::MemoryStats;
+use crate::raw::backend::{DeviceBackend, DeviceProperties, DevicePtr, RawMemory, ReserveError};
+use crate::raw::cpu::{CpuBackend, cpu_capacity, physical_memory};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -67,9 +67,9 @@ pub(crate) struct DeviceInner {
     pub(crate) host: HostAllocator,
     pub(crate) transfers: TransferCounters,
     /// Pinned host blocks, copies and kernels, while `record_activity` is on.
-    pub(crate) activity: crate::activity::ActivityLog,
+    pub(crate) activity: crate::memory::activity::ActivityLog,
     /// The CUDA backend itself, for the compute layer (cuBLAS, NVRTC); `None` on cpu.
-    pub(crate) cuda: Option<Arc<crate::backend_cuda::CudaBackend>>,
+    pub(crate) cuda: Option<Arc<crate::raw::cuda::CudaBackend>>,
     /// A malformed setting found when the device was opened, reported by every allocation.
     setup_error: Option<(String, String)>,
 }
@@ -118,7 +118,7 @@ impl Device {
 
     /// `cuda:0` when CUDA is available, else `cpu`.
     pub fn best() -> Device {
-        if crate::cuda::is_available()
+        if crate::raw::driver::is_available()
             && let Ok(dev) = Device::cuda(0)
         {
             return dev;
@@ -165,7 +165,7 @@ impl Device {
                 physical_memory()
             }))),
             DeviceKind::Cuda(n) => {
-                let backend = Arc::new(crate::backend_cuda::CudaBackend::new(n)?);
+                let backend = Arc::new(crate::raw::cuda::CudaBackend::new(n)?);
                 cuda = Some(backend.clone());
                 backend
             }
@@ -181,7 +181,7 @@ impl Device {
                 host: HostAllocator::default(),
                 backend,
                 transfers: TransferCounters::default(),
-                activity: crate::activity::ActivityLog::new(kind.to_string()),
+                activity: crate::memory::activity::ActivityLog::new(kind.to_string()),
                 cuda,
                 setup_error,
             }),
@@ -217,7 +217,7 @@ impl Device {
     }
 
     /// The CUDA backend of a `cuda:N` device (its context serves cuBLAS and NVRTC); `None` on cpu.
-    pub fn cuda_backend(&self) -> Option<&crate::backend_cuda::CudaBackend> {
+    pub fn cuda_backend(&self) -> Option<&crate::raw::cuda::CudaBackend> {
         self.inner.cuda.as_deref()
     }
 
@@ -298,7 +298,7 @@ impl Device {
     }
 
     /// What was recorded since `record_activity(true)`.
-    pub fn activity(&self) -> crate::activity::Activity {
+    pub fn activity(&self) -> crate::memory::activity::Activity {
         self.inner.activity.activity()
     }
 
@@ -308,7 +308,7 @@ impl Device {
     }
 
     /// `record_memory_history` with torch's options (`enabled`, `max_entries`).
-    pub fn record_memory_history_options(&self, options: crate::HistoryOptions) {
+    pub fn record_memory_history_options(&self, options: crate::policy::history::HistoryOptions) {
         self.inner.allocator.record_history_options(options);
     }
 
@@ -317,8 +317,8 @@ impl Device {
     pub fn dump_snapshot(
         &self,
         path: impl AsRef<std::path::Path>,
-    ) -> std::result::Result<(), crate::snapshot_pickle::SnapshotPickleError> {
-        crate::snapshot_pickle::dump_snapshot(&self.snapshot(), path.as_ref())
+    ) -> std::result::Result<(), crate::formats::snapshot_pickle::SnapshotPickleError> {
+        crate::formats::snapshot_pickle::dump_snapshot(&self.snapshot(), path.as_ref())
     }
 
     /// Caps this process's reserved memory at `fraction` of the device's total memory.

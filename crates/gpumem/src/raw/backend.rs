@@ -16,7 +16,7 @@ pub enum ReserveError {
     /// The device (or its capacity) has not enough free memory: the allocator may free cache and retry.
     OutOfMemory,
     /// Anything else: reported to the caller as it is.
-    Other(crate::Error),
+    Other(crate::error::Error),
 }
 
 /// Reserve and release whole segments of device memory. The caching allocator is generic over this.

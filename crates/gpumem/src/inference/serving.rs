@@ -8,9 +8,11 @@
 //! admitted in a step has its prompt (and, after a preemption, the tokens it had generated)
 //! written at once and gains its first new token.
 
-use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kv_cache::{BlockPool, BlockTable, ContiguousCache, KvConfig, OutOfBlocks, RequestId};
+use crate::inference::kv_cache::{
+    BlockPool, BlockTable, ContiguousCache, KvConfig, OutOfBlocks, RequestId,
+};
+use crate::memory::device::Device;
 use crate::ops::XorShift;
 use std::collections::VecDeque;
 

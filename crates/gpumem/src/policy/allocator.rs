@@ -10,13 +10,13 @@
 //! 20 MiB in the large one, as torch) are mapped behind it on demand and unmapped by
 //! `empty_cache`. The rules are torch 2.x's `ExpandableSegment` and `try_allocate_expandable_block`.
 
-use crate::backend::{DevicePtr, RawMemory, ReserveError};
-use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::history::{
+use crate::policy::config::AllocatorConfig;
+use crate::policy::history::{
     BlockInfo, BlockState, History, HistoryOptions, SegmentInfo, Snapshot, TraceAction,
 };
-use crate::stats::{DeviceStats, MemoryStats, Pool};
+use crate::policy::stats::{DeviceStats, MemoryStats, Pool};
+use crate::raw::backend::{DevicePtr, RawMemory, ReserveError};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -1352,7 +1352,7 @@ impl State {
     }
 }
 
-fn apply_net(array: &mut crate::stats::StatArray, pool: Pool, net: i64) {
+fn apply_net(array: &mut crate::policy::stats::StatArray, pool: Pool, net: i64) {
     if net > 0 {
         array.increase(pool, net as u64);
     } else if net < 0 {

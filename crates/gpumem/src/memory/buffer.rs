@@ -1,12 +1,12 @@
 //! `Buffer<T>`: device memory from the caching allocator. Dropping it is Rust's `del`.
 
-use crate::activity::WorkKind;
-use crate::allocator::{Allocation, PendingUse, StreamId};
-use crate::backend::{DevicePtr, RawStream};
-use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::stream::Stream;
-use crate::transfer::Direction;
+use crate::memory::activity::WorkKind;
+use crate::memory::device::Device;
+use crate::memory::stream::Stream;
+use crate::memory::transfer::Direction;
+use crate::policy::allocator::{Allocation, PendingUse, StreamId};
+use crate::raw::backend::{DevicePtr, RawStream};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -20,13 +20,13 @@
 //! entries, so the pickle refers back to them) and each entry is handed over with its stack's id;
 //! the frames of segments and blocks are read past.
 
-use crate::AllocatorConfig;
-use crate::allocator::StreamId;
-use crate::history::{
+use crate::formats::trace::{AllocTrace, EntryConverter, Stacks};
+use crate::policy::allocator::StreamId;
+use crate::policy::config::AllocatorConfig;
+use crate::policy::history::{
     BlockInfo, BlockState, Frame, SegmentInfo, Snapshot, TraceAction, TraceEntry,
 };
-use crate::stats::Pool;
-use crate::trace::{AllocTrace, EntryConverter, Stacks};
+use crate::policy::stats::Pool;
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::Path;
@@ -932,7 +932,7 @@ fn settle(v: Value, stacks: &mut Stacks) -> Value {
             if let (Some(Value::Str(filename)), Some(Value::Int(line)), Some(Value::Str(name))) =
                 (v.get("filename"), v.get("line"), v.get("name"))
             {
-                let frame = crate::history::Frame {
+                let frame = crate::policy::history::Frame {
                     filename: filename.to_string().into(),
                     line: (*line).clamp(0, i128::from(u64::MAX)) as u64,
                     name: name.to_string().into(),

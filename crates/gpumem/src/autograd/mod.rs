@@ -53,9 +53,9 @@
 //! them. This module is the graph that chapters 8 and 9 are about; both models compute the same
 //! numbers on the same weights (a test checks it).
 
-use crate::buffer::Buffer;
-use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
+use crate::memory::device::Device;
 use crate::ops::{self, DType, Float, MatMul, XorShift};
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -467,7 +467,7 @@ impl<T: Float> std::fmt::Debug for Tensor<T> {
 }
 
 /// A second handle on the same memory (no copy, no allocation).
-fn share<T: crate::buffer::Element>(b: &Buffer<T>) -> Buffer<T> {
+fn share<T: crate::memory::buffer::Element>(b: &Buffer<T>) -> Buffer<T> {
     // `to` on the buffer's own device returns the same storage and cannot fail.
     b.to(b.device())
         .unwrap_or_else(|_| unreachable!("to() on the same device shares the memory"))
@@ -1624,7 +1624,7 @@ fn take_saved<T: Float>(node: &Node<T>, retain_graph: bool) -> Result<Vec<Saved<
 
 /// torch's name for a tensor of this type on this device: `torch.FloatTensor` on the CPU,
 /// `torch.cuda.FloatTensor` on CUDA (torch 2.15's rule; gpumem's `cpu` device gets the CPU name).
-fn torch_type_name<U: crate::buffer::Element>(dtype: DType, b: &Buffer<U>) -> String {
+fn torch_type_name<U: crate::memory::buffer::Element>(dtype: DType, b: &Buffer<U>) -> String {
     let kind = match dtype {
         DType::F32 => "FloatTensor",
         DType::F16 => "HalfTensor",

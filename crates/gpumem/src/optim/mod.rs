@@ -30,8 +30,8 @@
 //! Every write to a parameter bumps its version counter, as torch's in-place updates do.
 
 use crate::autograd::Tensor;
-use crate::buffer::Buffer;
 use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
 use crate::ops::{self, Float};
 
 /// A second handle on the same memory (no copy).

@@ -5,11 +5,11 @@
 //! shared copy-on-write between the samples of one prompt (vLLM's PagedAttention, Kwon et al.,
 //! SOSP 2023). [`crate::serving`] drives either with a stream of requests.
 
-use crate::allocator::round_size;
-use crate::buffer::Buffer;
-use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
+use crate::memory::device::Device;
 use crate::ops::DType;
+use crate::policy::allocator::round_size;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The shape of a model's KV cache: what its `config.json` says about attention.

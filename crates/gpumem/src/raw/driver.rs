@@ -11,8 +11,6 @@ use cudarc::driver::{DriverError, result, sys};
 use cudarc::nvrtc::result::NvrtcError;
 use std::sync::OnceLock;
 
-pub use crate::ops::cuda::{KernelImage, KernelTarget, compile_kernels, kernel_names};
-
 /// What probing the driver found, once per process.
 struct Probe {
     /// Whether `libcuda` could be loaded at all.
