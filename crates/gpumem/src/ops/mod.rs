@@ -33,18 +33,21 @@
 
 mod attention;
 pub(crate) mod cuda;
+mod dropout;
 mod elementwise;
 mod gemm;
 mod grad;
+pub(crate) mod kernel_source;
+mod layer_norm;
 mod model;
 mod optim;
 mod random;
 
 pub use attention::{
-    HeadLayout, SDPA_MAX_HEAD_DIM, SdpaShape, bmm, causal_mask, dropout_apply, dropout_keeps,
-    dropout_mask, heads_to_rows, layer_norm_apply, layer_norm_backward, layer_norm_stats,
-    rows_to_heads, sdpa_backward, sdpa_forward, softmax, softmax_backward,
+    HeadLayout, SDPA_MAX_HEAD_DIM, SdpaShape, bmm, causal_mask, heads_to_rows, rows_to_heads,
+    sdpa_backward, sdpa_forward, softmax, softmax_backward,
 };
+pub use dropout::{dropout_apply, dropout_keeps, dropout_mask};
 pub use elementwise::{
     add_bias, axpy, cast, col_sum_into, mse_loss, mse_loss_backward, relu, relu_backward, scale,
     sum, unscale_and_check, zero,
@@ -54,6 +57,7 @@ pub use grad::{
     check_targets, fill, gelu, gelu_backward, log_softmax, log_softmax_backward,
     mse_loss_to_device, mul, nll_loss, nll_loss_backward, scale_by, sum_to_device,
 };
+pub use layer_norm::{layer_norm_apply, layer_norm_backward, layer_norm_stats};
 pub use model::{Linear, LinearGrads, LinearSaved, Mlp, MlpGrads, MlpSaved};
 pub use optim::{add_scalar, addcdiv, addcmul, mul_in_place, relu_in_place, sqrt};
 pub use random::XorShift;
@@ -279,6 +283,26 @@ pub(crate) unsafe fn host_mut<T: Element>(buf: &mut Buffer<T>) -> &mut [T] {
 /// "they share memory", whatever their element types).
 pub(crate) fn same_memory<T: Element, U: Element>(a: &Buffer<T>, b: &Buffer<U>) -> bool {
     a.ptr() == b.ptr() && a.device() == b.device()
+}
+
+/// Checks that `buf` is on `dev` and holds `n` elements (`what` names it in the error).
+pub(crate) fn check_len<T: Element>(
+    op: &'static str,
+    what: &str,
+    dev: &Device,
+    buf: &Buffer<T>,
+    n: usize,
+) -> Result<()> {
+    same_device(op, dev, buf)?;
+    expect_len(op, what, buf, n)
+}
+
+/// The number of elements of a buffer of shape `dims`; an error naming `op` if it overflows.
+pub(crate) fn count(op: &'static str, dev: &Device, dims: &[usize]) -> Result<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| {
+        acc.checked_mul(d)
+            .ok_or_else(|| invalid(op, dev, format!("shape {dims:?} overflows usize")))
+    })
 }
 
 #[cfg(test)]
