@@ -1,7 +1,7 @@
 //! `record_memory_history` and `snapshot`: what the allocator holds now and how it got there.
 
-use crate::policy::allocator::StreamId;
 use crate::policy::stats::{DeviceStats, Pool};
+use crate::policy::streams::StreamId;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::panic::Location;
