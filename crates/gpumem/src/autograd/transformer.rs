@@ -22,7 +22,13 @@
 //! by a mask of the input's dtype, and `native_layer_norm` on the CPU returns its statistics in the
 //! input's dtype (`torch/_refs/__init__.py`, `native_layer_norm`).
 
-use super::{BackwardFn, Saved, Tensor, autograd_error, count_forward, invalid, next_value, share};
+use super::checkpoint::checkpoint;
+use super::errors::{autograd_error, invalid};
+use super::functional::linear;
+use super::graph::{BackwardFn, Saved, next_value, share};
+use super::mode::count_forward;
+use super::nn::Linear;
+use super::tensor::Tensor;
 use crate::error::Result;
 use crate::memory::buffer::Buffer;
 use crate::ops::{self, Float, HeadLayout, SdpaShape};
@@ -574,15 +580,15 @@ pub struct GptLayer<T: Float = f32> {
     /// LayerNorm 1's weight and bias, `[h]`.
     pub ln1: (Tensor<T>, Tensor<T>),
     /// The fused QKV projection, `[3h, h]`.
-    pub qkv: super::Linear<T>,
+    pub qkv: Linear<T>,
     /// The attention output projection, `[h, h]`.
-    pub proj: super::Linear<T>,
+    pub proj: Linear<T>,
     /// LayerNorm 2's weight and bias, `[h]`.
     pub ln2: (Tensor<T>, Tensor<T>),
     /// The MLP's first layer, `[4h, h]`.
-    pub fc1: super::Linear<T>,
+    pub fc1: Linear<T>,
     /// The MLP's second layer, `[h, 4h]`.
-    pub fc2: super::Linear<T>,
+    pub fc2: Linear<T>,
 }
 
 /// LayerNorm's `eps` (torch's default).
@@ -614,11 +620,11 @@ impl<T: Float> GptLayer<T> {
             hidden,
             heads,
             ln1: norm()?,
-            qkv: super::Linear::new(dev, hidden, 3 * hidden, rng)?,
-            proj: super::Linear::new(dev, hidden, hidden, rng)?,
+            qkv: Linear::new(dev, hidden, 3 * hidden, rng)?,
+            proj: Linear::new(dev, hidden, hidden, rng)?,
             ln2: norm()?,
-            fc1: super::Linear::new(dev, hidden, 4 * hidden, rng)?,
-            fc2: super::Linear::new(dev, 4 * hidden, hidden, rng)?,
+            fc1: Linear::new(dev, hidden, 4 * hidden, rng)?,
+            fc2: Linear::new(dev, 4 * hidden, hidden, rng)?,
         })
     }
 
@@ -628,8 +634,8 @@ impl<T: Float> GptLayer<T> {
         let cast = |t: &Tensor<T>| -> Result<Tensor<U>> {
             Tensor::from_buffer(ops::cast::<T, U>(t.data())?, t.shape())?.requires_grad_(true)
         };
-        let linear = |l: &super::Linear<T>| -> Result<super::Linear<U>> {
-            Ok(super::Linear {
+        let linear = |l: &Linear<T>| -> Result<Linear<U>> {
+            Ok(Linear {
                 weight: cast(&l.weight)?,
                 bias: cast(&l.bias)?,
             })
@@ -674,9 +680,9 @@ impl<T: Float> GptLayer<T> {
             ));
         }
         let [seed_attn, seed_proj, seed_mlp] = plan.seeds();
-        let lin = |t: &Tensor<T>, l: &super::Linear<T>, out: usize| -> Result<Tensor<T>> {
+        let lin = |t: &Tensor<T>, l: &Linear<T>, out: usize| -> Result<Tensor<T>> {
             let rows = t.reshape(&[b * s, t.shape()[2]])?;
-            super::linear(&rows, &l.weight, Some(&l.bias))?.reshape(&[b, s, out])
+            linear(&rows, &l.weight, Some(&l.bias))?.reshape(&[b, s, out])
         };
         // Attention block.
         let y = x.layer_norm(&self.ln1.0, &self.ln1.1, LAYER_NORM_EPS, plan.stats)?;
@@ -694,7 +700,7 @@ impl<T: Float> GptLayer<T> {
         };
         let core = move |t: &[Tensor<T>]| sdpa(&t[0], &t[1], &t[2], b, options);
         let context = if plan.checkpoint_core {
-            super::checkpoint(core, &[q?, k?, v?])?
+            checkpoint(core, &[q?, k?, v?])?
         } else {
             core(&[q?, k?, v?])?
         };

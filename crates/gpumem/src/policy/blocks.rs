@@ -10,7 +10,7 @@ use crate::policy::streams::{PendingUse, StreamId};
 use crate::raw::backend::DevicePtr;
 use std::collections::BTreeMap;
 
-/// A live block handed out by [`CachingAllocator::malloc`]; give it back with `free`.
+/// A live block handed out by [`CachingAllocator::malloc`](crate::allocator::CachingAllocator::malloc); give it back with `free`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
     /// Start address.
