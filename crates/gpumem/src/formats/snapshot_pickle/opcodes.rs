@@ -1,0 +1,45 @@
+//! The pickle opcodes the writer uses and the reader understands (protocol 2 to 5).
+
+// Named as Lib/pickletools.py names them.
+pub(super) const MARK: u8 = b'(';
+pub(super) const STOP: u8 = b'.';
+pub(super) const BINFLOAT: u8 = b'G';
+pub(super) const BININT: u8 = b'J';
+pub(super) const BININT1: u8 = b'K';
+pub(super) const BININT2: u8 = b'M';
+pub(super) const BINUNICODE: u8 = b'X';
+pub(super) const APPENDS: u8 = b'e';
+pub(super) const SETITEMS: u8 = b'u';
+pub(super) const EMPTY_DICT: u8 = b'}';
+pub(super) const EMPTY_LIST: u8 = b']';
+pub(super) const TUPLE2: u8 = 0x86;
+pub(super) const NEWTRUE: u8 = 0x88;
+pub(super) const NEWFALSE: u8 = 0x89;
+pub(super) const LONG1: u8 = 0x8a;
+pub(super) const SHORT_BINUNICODE: u8 = 0x8c;
+// Read only.
+pub(super) const POP: u8 = b'0';
+pub(super) const POP_MARK: u8 = b'1';
+pub(super) const DUP: u8 = b'2';
+pub(super) const NONE: u8 = b'N';
+pub(super) const APPEND: u8 = b'a';
+pub(super) const BINGET: u8 = b'h';
+pub(super) const LONG_BINGET: u8 = b'j';
+pub(super) const BINPUT: u8 = b'q';
+pub(super) const LONG_BINPUT: u8 = b'r';
+pub(super) const SETITEM: u8 = b's';
+pub(super) const EMPTY_TUPLE: u8 = b')';
+pub(super) const TUPLE: u8 = b't';
+pub(super) const PROTO: u8 = 0x80;
+pub(super) const TUPLE1: u8 = 0x85;
+pub(super) const TUPLE3: u8 = 0x87;
+pub(super) const LONG4: u8 = 0x8b;
+pub(super) const BINUNICODE8: u8 = 0x8d;
+pub(super) const BINBYTES8: u8 = 0x8e;
+pub(super) const EMPTY_SET: u8 = 0x8f;
+pub(super) const ADDITEMS: u8 = 0x90;
+pub(super) const FROZENSET: u8 = 0x91;
+pub(super) const MEMOIZE: u8 = 0x94;
+pub(super) const FRAME: u8 = 0x95;
+pub(super) const SHORT_BINBYTES: u8 = b'C';
+pub(super) const BINBYTES: u8 = b'B';
