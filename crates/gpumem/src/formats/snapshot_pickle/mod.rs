@@ -5,7 +5,7 @@
 //! `blocks`), `device_traces` (one list of entries per device: `action`, `addr` or, for `oom`,
 //! `device_free`, `size`, `stream`, `time_us`, `frames`), `allocator_settings` and `external_annotations` (the program's annotations).
 //!
-//! [`write_snapshot`] writes a gpumem [`Snapshot`] in that schema as a protocol-4 pickle, which
+//! [`write_snapshot`] writes a gpumem [`Snapshot`](crate::history::Snapshot) in that schema as a protocol-4 pickle, which
 //! Python's `pickle.load` and PyTorch's viewer (pytorch.org/memory_viz) read. [`read_snapshot`]
 //! reads such a pickle — one written by PyTorch or by gpumem — as a stream: the entries of
 //! `device_traces` are handed to a callback one by one and never held all at once, so a real job's
@@ -15,7 +15,7 @@
 //! Frames: gpumem records no stacks. An entry recorded during a `malloc` gets one frame, the call
 //! site that `#[track_caller]` gives (file and line, no function name); a segment and a live block
 //! are written with the frames of the trace entry that reserved or allocated them, as torch
-//! writes them. The frames of a PyTorch snapshot's trace entries are read into a [`Stacks`] table (each
+//! writes them. The frames of a PyTorch snapshot's trace entries are read into a [`Stacks`](crate::trace::Stacks) table (each
 //! distinct frame and each distinct stack kept once: torch shares the frame dicts between
 //! entries, so the pickle refers back to them) and each entry is handed over with its stack's id;
 //! the frames of segments and blocks are read past.

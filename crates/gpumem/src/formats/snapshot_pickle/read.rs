@@ -175,7 +175,7 @@ impl<R: io::Read> Input<R> {
     }
 }
 
-/// Reads a snapshot pickle (PyTorch's `_dump_snapshot` or gpumem's [`dump_snapshot`]) from
+/// Reads a snapshot pickle (PyTorch's `_dump_snapshot` or gpumem's [`dump_snapshot`](super::dump_snapshot)) from
 /// `input`, handing each trace entry to `on_entry(device, entry)` as it is read; returns the
 /// segments and counts. Entry totals (`allocated`, `reserved`) are 0: torch's entries carry none;
 /// the entries' frames are not handed over ([`read_snapshot_stacks`] hands them).

@@ -2,7 +2,7 @@
 //! pattern can be replayed through any caching allocator — gpumem's on either device, or PyTorch's
 //! (`bench/torch_replay.py`). The file format is documented in `bench/README.md`.
 //!
-//! A trace comes from a [`Snapshot`]'s recorded history ([`AllocTrace::from_snapshot`]), from a
+//! A trace comes from a [`Snapshot`](crate::history::Snapshot)'s recorded history ([`AllocTrace::from_snapshot`]), from a
 //! program that builds one ([`TraceBuilder`]), or from a file ([`AllocTrace::from_json`], which
 //! checks every event and names the first bad one). [`replay`] runs it through a caching allocator
 //! and reports the peaks, the device reservations and the time per event.
