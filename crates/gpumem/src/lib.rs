@@ -1,15 +1,27 @@
 //! `gpumem`: the GPU Memory Workbook's runtime — devices, a caching allocator that follows
 //! PyTorch's CUDA caching allocator, transfers, pinned memory and a few compute kernels.
 //!
-//! Layers (the README's "Inside gpumem" says more):
-//! - raw: [`backend`] with [`backend_cpu`] and [`backend_cuda`] — reserve, release, copy;
-//! - policy: [`allocator`] — pools, blocks, splitting, stats; it knows nothing of CUDA;
-//! - safe surface: [`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`], stats;
-//! - compute: [`ops`] — GEMM, element-wise kernels and a tiny model, on both devices;
-//! - [`autograd`] — tensors that record a graph, save what torch saves, and free it in backward;
-//! - [`optim`] — SGD, Adam and AdamW with their state on the device, as torch keeps it;
-//! - [`kv_cache`] and [`serving`] — a served model's KV cache, contiguous or paged, and a
-//!   request stream served with continuous batching.
+//! Its folders are its layers, bottom first (the README's "Inside gpumem" says more). A file
+//! imports only from its own layer and the layers below it, and no files import each other in a
+//! circle; `scripts/check-gpumem-layers.py` checks both, with the order below.
+//!
+//! ```text
+//! error.rs, format.rs  the one error type and byte formatting, used by every layer
+//! raw/          the raw backends: the backend trait, cpu (host memory), cuda (driver), driver probe
+//! policy/       the caching allocator: sizes, streams, blocks, settings, statistics, history
+//! formats/      allocation traces (events, file, replay) and torch's snapshot pickles
+//! memory/       what a learner holds: Device, buffers, pinned memory, streams, events, copies
+//! ops/          compute: element-wise kernels, GEMM, attention, dropout, LayerNorm, tiny model
+//! autograd/     tensors, graph and saved tensors, engine, functional, checkpoint, nn, transformer
+//! optim/        SGD, Adam and AdamW
+//! inference/    the KV cache and the serving simulator
+//! testing.rs    helpers for tests and exercises
+//! ```
+//!
+//! The public paths stay flat, whatever the folder: [`allocator`], [`device`], [`buffer`],
+//! [`pinned`], [`trace`], [`snapshot_pickle`], [`kv_cache`], ... are re-exported from their layer
+//! here, and the names learners use most ([`Device`], [`Buffer`], [`PinnedBuffer`], [`Stream`],
+//! [`CachingAllocator`], [`MemoryStats`], ...) sit at the root.
 
 #![warn(missing_docs)]
 
