@@ -19,6 +19,10 @@ fi
 npm_cache="$cache/npm"
 d3="$npm_cache/d3-5.16.0/package/dist/d3.js"
 if [ ! -f "$d3" ]; then
+  if ! command -v npm >/dev/null; then
+    echo "npm is missing: it downloads d3@5.16.0 from the npm registry for MemoryViz.js" >&2
+    exit 1
+  fi
   mkdir -p "$npm_cache/d3-5.16.0"
   (cd "$npm_cache" && npm pack --silent d3@5.16.0 >/dev/null)
   tar -xzf "$npm_cache/d3-5.16.0.tgz" -C "$npm_cache/d3-5.16.0" package/dist/d3.js
