@@ -238,6 +238,18 @@
                 var mark = element('p', 'wb-progress wb-progress-' + exercise.state, text);
                 box.insertBefore(mark, box.firstChild);
             });
+            // A reveal holding an exercise's answer (`<details class="wb-answer">`) opens by
+            // itself once that exercise's tests pass; the learner has made the prediction.
+            document.querySelectorAll('.content details.wb-answer[data-chapter]').forEach(function (reveal) {
+                var chapter = byName[reveal.getAttribute('data-chapter')];
+                var exercise = chapter && chapter.exercises.filter(function (e) {
+                    return e.name === reveal.getAttribute('data-exercise');
+                })[0];
+                if (exercise && exercise.state === 'done' && !reveal.open) {
+                    reveal.open = true;
+                    reveal.classList.add('wb-answer-earned');
+                }
+            });
             var tick = function () {
                 document.querySelectorAll('#mdbook-sidebar a[href]').forEach(function (a) {
                     var page = (a.getAttribute('href') || '').split('/').pop().replace(/\.html.*$/, '');
