@@ -110,6 +110,8 @@ fn drawn(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
             .cloned()
             .collect(),
         allocator_settings: snapshot.allocator_settings.clone(),
+        host_segments: Vec::new(),
+        host_traces: Vec::new(),
     })
 }
 
@@ -991,6 +993,8 @@ pub(crate) mod tests {
                 entry(SegmentAlloc, a + (1 << 32), 2 * MIB, 14 * MIB, 42 * MIB),
             ],
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         }
     }
 
@@ -1186,6 +1190,8 @@ pub(crate) mod tests {
             segments: Vec::new(),
             trace: Vec::new(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let svg = render(&s, View::Both);
         assert!(svg.contains("No events recorded: call dev.record_memory_history(true)"));
