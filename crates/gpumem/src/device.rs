@@ -298,7 +298,9 @@ impl Device {
 
     /// Starts (`true`) or stops and forgets (`false`) recording the pinned host allocator's
     /// events and the copies and kernels with their streams ([`crate::activity`] says which).
-    /// gpumem's own record, beside the memory history: torch's snapshot holds neither.
+    /// gpumem's own record, beside the memory history: torch's snapshot holds no copies or
+    /// kernels (its pinned host blocks: `record_pinned_host_memory` in
+    /// [`crate::HistoryOptions`]).
     pub fn record_activity(&self, enabled: bool) {
         self.inner.activity.set_enabled(enabled);
     }

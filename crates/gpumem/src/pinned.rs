@@ -15,20 +15,25 @@ use std::collections::{BTreeMap, VecDeque};
 use std::marker::PhantomData;
 use std::sync::Mutex;
 
-/// The pinned host allocator's counters (`torch.cuda.host_memory_stats`).
+/// The pinned host allocator's counters (`torch.cuda.host_memory_stats`), under torch 2.15's
+/// keys and meanings (its `HostStats`, ATen/core/CachingHostAllocator.h in the 2.15.0 wheel, and
+/// `host_memory_stats`'s docstring; after pytorch/pytorch#164412 and #169560). Before those
+/// changes torch called the pool `segment` / `reserved_bytes` and the blocks handed out
+/// `allocation` / `allocated_bytes` (pytorch/pytorch#147660). torch's `host_alloc_time` and
+/// `host_free_time` are not kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HostMemoryStats {
-    /// Live pinned blocks.
-    pub allocation: Stat,
-    /// Pinned blocks obtained from the system (live or cached).
-    pub segment: Stat,
-    /// Bytes in live pinned blocks.
+    /// Pinned blocks the allocator owns, handed out or cached (`allocations`).
+    pub allocations: Stat,
+    /// Their bytes, handed out or cached: the pool (`allocated_bytes`).
     pub allocated_bytes: Stat,
-    /// Bytes of pinned memory obtained from the system.
-    pub reserved_bytes: Stat,
-    /// Calls to the system's pinned allocation (`cuMemHostAlloc`).
+    /// Blocks handed out and not yet back in the cache (`active_requests`).
+    pub active_requests: Stat,
+    /// Their bytes (`active_bytes`).
+    pub active_bytes: Stat,
+    /// Blocks taken from the system (`cuMemHostAlloc`) to grow the pool (`num_host_alloc`).
     pub num_host_alloc: u64,
-    /// Calls to the system's pinned free.
+    /// Cached blocks given back to the system (`num_host_free`).
     pub num_host_free: u64,
 }
 
@@ -77,8 +82,8 @@ impl HostHistory {
             addr,
             size: size as u64,
             stream: 0,
-            allocated: stats.allocated_bytes.current,
-            reserved: stats.reserved_bytes.current,
+            allocated: stats.active_bytes.current,
+            reserved: stats.allocated_bytes.current,
             time_us: now_us(),
             frames: Vec::new(),
             label: None,
@@ -132,8 +137,8 @@ impl HostAllocator {
             None => {
                 let alloc = backend.host_alloc(size)?;
                 st.stats.num_host_alloc += 1;
-                st.stats.segment.increase(1);
-                st.stats.reserved_bytes.increase(size as u64);
+                st.stats.allocations.increase(1);
+                st.stats.allocated_bytes.increase(size as u64);
                 st.blocks_taken += 1;
                 let stats = st.stats;
                 st.history
@@ -141,8 +146,8 @@ impl HostAllocator {
                 (alloc, st.blocks_taken, HostAction::Alloc)
             }
         };
-        st.stats.allocation.increase(1);
-        st.stats.allocated_bytes.increase(size as u64);
+        st.stats.active_requests.increase(1);
+        st.stats.active_bytes.increase(size as u64);
         st.live.insert(block, (alloc.ptr as u64, size));
         let stats = st.stats;
         st.history
@@ -165,8 +170,8 @@ impl HostAllocator {
         let stats = st.stats;
         st.history
             .record(TraceAction::FreeRequested, addr, size, &stats);
-        st.stats.allocation.decrease(1);
-        st.stats.allocated_bytes.decrease(size as u64);
+        st.stats.active_requests.decrease(1);
+        st.stats.active_bytes.decrease(size as u64);
         let stats = st.stats;
         st.history
             .record(TraceAction::FreeCompleted, addr, size, &stats);
@@ -248,10 +253,10 @@ impl HostAllocator {
         let mut st = self.lock();
         let s = &mut st.stats;
         for stat in [
-            &mut s.allocation,
-            &mut s.segment,
+            &mut s.allocations,
             &mut s.allocated_bytes,
-            &mut s.reserved_bytes,
+            &mut s.active_requests,
+            &mut s.active_bytes,
         ] {
             *stat = Stat {
                 current: stat.current,
@@ -272,8 +277,8 @@ impl HostAllocator {
                 // SAFETY: the block came from host_alloc(size) and no copy uses it any more.
                 unsafe { backend.host_free(block.alloc, size) };
                 st.stats.num_host_free += 1;
-                st.stats.segment.decrease(1);
-                st.stats.reserved_bytes.decrease(size as u64);
+                st.stats.allocations.decrease(1);
+                st.stats.allocated_bytes.decrease(size as u64);
                 let stats = st.stats;
                 st.history.record(
                     TraceAction::SegmentFree,

@@ -185,3 +185,33 @@ fn the_pickle_holds_the_host_keys_and_gpumems_reader_reads_it() {
     );
     drop(buf);
 }
+
+#[test]
+fn host_memory_stats_has_torch_2_15s_keys_and_meanings() {
+    let dev = device();
+    let a = dev.alloc_pinned::<u8>(100_000).unwrap();
+    let h = dev.host_memory_stats();
+    assert_eq!(
+        (h.active_requests.current, h.active_bytes.current),
+        (1, 131_072)
+    );
+    drop(a);
+    let h = dev.host_memory_stats();
+    // torch 2.15: allocated_bytes is the pool (handed out plus cached), not the blocks in use.
+    assert_eq!(
+        (h.allocations.current, h.allocated_bytes.current),
+        (1, 131_072)
+    );
+    assert_eq!((h.active_requests.current, h.active_bytes.current), (0, 0));
+    assert_eq!((h.active_bytes.peak, h.num_host_alloc), (131_072, 1));
+    dev.empty_host_cache();
+    let h = dev.host_memory_stats();
+    assert_eq!(
+        (
+            h.allocations.current,
+            h.allocated_bytes.current,
+            h.num_host_free
+        ),
+        (0, 0, 1)
+    );
+}
