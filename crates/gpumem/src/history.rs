@@ -129,16 +129,25 @@ impl HistoryOptions {
         }
     }
 
-    /// The defaults with `enabled`, `context` and `stacks` given as torch's strings, checked
-    /// with torch 2.15's messages (`expected state to be 'state', 'all', or None`, ...).
+    /// The defaults with `enabled`, `context` and `stacks` given as torch's strings, and
+    /// `record_pinned_host_memory`, checked in torch 2.15's order with its messages (pinned
+    /// recording without `enabled` first, then `expected state to be 'state', 'all', or None`,
+    /// the context's, the stacks').
     pub fn from_torch(
         enabled: Option<&str>,
         context: Option<&str>,
         stacks: &str,
+        record_pinned_host_memory: bool,
     ) -> crate::Result<HistoryOptions> {
         let bad = |message: &str| crate::Error::HistoryOption {
             message: message.to_string(),
         };
+        HistoryOptions {
+            enabled: enabled.map(|_| HistoryLevel::All),
+            record_pinned_host_memory,
+            ..HistoryOptions::default()
+        }
+        .check()?;
         let enabled = match enabled {
             None => None,
             Some("state") => Some(HistoryLevel::State),
@@ -165,6 +174,7 @@ impl HistoryOptions {
             enabled,
             context,
             stacks,
+            record_pinned_host_memory,
             ..HistoryOptions::default()
         })
     }

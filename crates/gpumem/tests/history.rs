@@ -278,7 +278,7 @@ fn context_decides_which_entries_keep_their_frames() {
 #[test]
 fn torchs_strings_are_checked_with_torchs_messages() {
     let err = |e: Option<&str>, c: Option<&str>, s: &str| {
-        HistoryOptions::from_torch(e, c, s)
+        HistoryOptions::from_torch(e, c, s, false)
             .err()
             .map(|e| e.to_string())
     };
@@ -295,7 +295,7 @@ fn torchs_strings_are_checked_with_torchs_messages() {
         err(Some("all"), Some("all"), "cpp").as_deref(),
         Some("expected stacks to be 'python', or 'all'")
     );
-    let o = HistoryOptions::from_torch(Some("state"), None, "python").unwrap();
+    let o = HistoryOptions::from_torch(Some("state"), None, "python", false).unwrap();
     assert_eq!(
         (o.enabled, o.context, o.max_entries),
         (Some(HistoryLevel::State), None, usize::MAX)
