@@ -400,8 +400,12 @@ impl<W: Write> Pickler<'_, W> {
         self.raw(&f.to_be_bytes())
     }
 
-    /// One trace entry as torch writes it: `action`, `addr` (`device_free` for an OOM), `size`,
-    /// `stream`, `time_us`, `frames`.
+    /// One trace entry as torch 2.15 writes it (the trace-entry function of
+    /// `THCPModule_memorySnapshot` in the 2.15.0 wheel's libtorch_python.so): `action`, `addr`
+    /// (`device_free` for an OOM), `size`, `stream`, `time_us`, `compile_context` and
+    /// `user_metadata` (empty strings: gpumem records neither), `pool_id` ((0, 0): gpumem has no
+    /// private pools), and `frames` last, only for an entry with a stack (torch adds the key only
+    /// when the entry has a recorded context).
     fn trace_entry(&mut self, e: &TraceEntry) -> io::Result<()> {
         self.begin_dict()?;
         self.str("action")?;
@@ -415,7 +419,17 @@ impl<W: Write> Pickler<'_, W> {
         self.key_int("size", e.size.into())?;
         self.key_int("stream", e.stream.into())?;
         self.key_int("time_us", e.time_us.into())?;
-        self.frames(&e.frames)?;
+        self.str("compile_context")?;
+        self.str("")?;
+        self.str("user_metadata")?;
+        self.str("")?;
+        self.str("pool_id")?;
+        self.int(0)?;
+        self.int(0)?;
+        self.raw(&[TUPLE2])?;
+        if !e.frames.is_empty() {
+            self.frames(&e.frames)?;
+        }
         self.end_dict()
     }
 
