@@ -267,8 +267,8 @@ impl ActivityLog {
             block,
             size: size as u64,
             requested: requested as u64,
-            allocated: stats.allocated_bytes.current,
-            reserved: stats.reserved_bytes.current,
+            allocated: stats.active_bytes.current,
+            reserved: stats.allocated_bytes.current,
         });
     }
 

@@ -47,10 +47,11 @@ pub use device::{Device, DeviceKind};
 pub use error::{Error, Result};
 pub use format::format_bytes;
 pub use history::{
-    HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, TraceAction, TraceEntry,
+    ActionSet, ContextLevel, HistoryLevel, HistoryOptions, Snapshot, SnapshotRequest, Stacks,
+    TraceAction, TraceEntry,
 };
 pub use kv_cache::{BlockPool, BlockTable, ContiguousCache, KvConfig};
-pub use pinned::{HostMemoryStats, PinnedBuffer};
+pub use pinned::{HostMemoryStats, HostSegmentInfo, PinnedBuffer};
 pub use stats::{MemoryStats, Pool};
 pub use stream::{Event, Stream};
 pub use transfer::{CopyCount, TransferStats};

@@ -638,6 +638,8 @@ mod tests {
             segments: Vec::new(),
             trace: Vec::new(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let made = pictures_of("ch09-x", &snapshot, None);
         let files: Vec<&str> = made.iter().map(|p| p.file.as_str()).collect();
@@ -661,6 +663,8 @@ mod tests {
             segments: Vec::new(),
             trace: Vec::new(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let copy = WorkSpan {
             start: 1,
@@ -735,6 +739,8 @@ mod tests {
             segments: Vec::new(),
             trace,
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let json: serde_json::Value = serde_json::from_str(&history_json(&snapshot)).unwrap();
         assert_eq!(
@@ -765,6 +771,8 @@ mod tests {
         let snapshot = gpumem::Snapshot {
             device: "cpu".to_string(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
             segments: vec![SegmentInfo::new(
                 base,
                 gpumem::StreamId(0),
@@ -799,6 +807,8 @@ mod tests {
         let snapshot = gpumem::Snapshot {
             device: "cpu".to_string(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
             segments: vec![SegmentInfo::new(
                 other,
                 gpumem::StreamId(0),

@@ -106,6 +106,8 @@ fn drawn(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
             .cloned()
             .collect(),
         allocator_settings: snapshot.allocator_settings.clone(),
+        host_segments: Vec::new(),
+        host_traces: Vec::new(),
     })
 }
 
@@ -1151,6 +1153,8 @@ pub(crate) mod tests {
                 entry(SegmentAlloc, a + (1 << 32), 2 * MIB, 14 * MIB, 42 * MIB),
             ],
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         }
     }
 
@@ -1372,6 +1376,8 @@ pub(crate) mod tests {
             segments: Vec::new(),
             trace: Vec::new(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let svg = render(&s, View::Both);
         assert!(svg.contains("No events recorded: call"));
