@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs torch 2.15.0's torch/cuda/_memory_viz.py on gpumem's snapshot pickles: every command.
 
-    python3 conformance/check_memory_viz.py VIEWER_DIR BEFORE.pickle AFTER.pickle
+    python3 conformance/check_memory_viz.py VIEWER_DIR BEFORE.pickle AFTER.pickle [MORE.pickle...]
 
 VIEWER_DIR holds _memory_viz.py (scripts/torch-viewer-files.sh prints it). The text commands
 (`stats`, `trace`) run as torch's command line runs them, and must exit 0 and print the
@@ -11,6 +11,12 @@ turning them into SVG needs flamegraph.pl from GitHub, which CI cannot reach; th
 what _memory_viz.py reads out of the snapshot. `compare` gets the two snapshots' segment lists:
 torch 2.15.0's own command line passes it whole snapshots and fails on every snapshot (see below). The HTML commands (`trace_plot`, with and without
 `--segments`, and `segment_plot`) must write a page that embeds the snapshot. Needs no torch.
+
+A snapshot with pinned host memory (torch 2.15's `host_segments` and `host_traces`, written with
+`record_pinned_host_memory=True`) must have both keys in torch's layout, and every command above
+must work on it. torch 2.15.0's _memory_viz.py never reads those keys (the file names neither),
+so its text output is checked to be the same with the host keys removed: the host data is
+ignored, not misread. (MemoryViz.js, the web viewer, is not in the wheel and is not checked.)
 """
 
 import importlib.util
@@ -23,6 +29,7 @@ import tempfile
 
 def main():
     viewer, before, after = sys.argv[1:4]
+    more = sys.argv[4:]
     script = os.path.join(viewer, "_memory_viz.py")
     spec = importlib.util.spec_from_file_location("_memory_viz", script)
     viz = importlib.util.module_from_spec(spec)
@@ -34,10 +41,15 @@ def main():
         if not ok:
             failures.append(name)
 
-    for path in [before, after]:
+    for path in [before, after] + more:
         with open(path, "rb") as f:
             data = pickle.load(f)
         label = os.path.basename(path)
+        for key in ["host_segments", "host_traces"]:
+            check(f"{key} {label}", isinstance(data.get(key), list), "a list, as torch 2.15 writes")
+        if data.get("host_segments"):
+            check_host(data, label, check)
+            check_host_ignored(script, data, path, label, check)
         segments = len(data["segments"])
         traced = sum(len(t) for t in data["device_traces"])
         for command in ["stats", "trace"]:
@@ -89,6 +101,47 @@ def main():
         return 1
     print("every command of torch 2.15.0's _memory_viz.py works on gpumem's snapshots")
     return 0
+
+
+HOST_SEGMENT_KEYS = ["device", "address", "total_size", "allocated_size", "active_size",
+                     "requested_size", "stream", "segment_type", "segment_pool_id",
+                     "is_expandable", "frames", "blocks"]
+HOST_BLOCK_KEYS = ["address", "size", "requested_size", "state", "frames"]
+# A trace entry's keys in torch 2.15 (its frames come last, and only with a recorded stack).
+TRACE_KEYS = ["action", "addr", "size", "stream", "time_us", "compile_context", "user_metadata",
+              "pool_id"]
+TRACE_ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"}
+
+
+def check_host(data, label, check):
+    """The host keys in torch 2.15's layout (THCPModule_memorySnapshot in its libtorch_python.so):
+    each pinned block a segment of device -1 with one block the whole size; the trace entries as
+    the device's, with the host allocator's actions only."""
+    for i, s in enumerate(data["host_segments"]):
+        blocks = s.get("blocks", [])
+        ok = (list(s) == HOST_SEGMENT_KEYS and s["device"] == -1 and s["stream"] == 0
+              and s["segment_type"] == "small" and s["segment_pool_id"] == (0, 0)
+              and len(blocks) == 1 and list(blocks[0]) == HOST_BLOCK_KEYS
+              and blocks[0]["size"] == s["total_size"] == s["requested_size"]
+              and blocks[0]["state"] in ("active_allocated", "active_pending_free", "inactive"))
+        check(f"host_segments[{i}] {label}", ok, f"keys {list(s)}")
+    actions = [e.get("action") for e in data["host_traces"]]
+    ok = bool(actions) and set(actions) <= TRACE_ACTIONS and all(
+        list(e) in (TRACE_KEYS, TRACE_KEYS + ["frames"]) for e in data["host_traces"])
+    check(f"host_traces {label}", ok, f"{len(actions)} entries: {sorted(set(actions))}")
+
+
+def check_host_ignored(script, data, path, label, check):
+    """_memory_viz.py's text commands print the same with and without the host keys."""
+    stripped = {k: v for k, v in data.items() if k not in ("host_segments", "host_traces")}
+    with tempfile.TemporaryDirectory() as tmp:
+        other = os.path.join(tmp, os.path.basename(path))
+        with open(other, "wb") as f:
+            pickle.dump(stripped, f)
+        for command in ["stats", "trace"]:
+            outs = [subprocess.run([sys.executable, script, command, p], capture_output=True,
+                                   text=True).stdout.replace(other, path) for p in [path, other]]
+            check(f"{command} ignores the host keys {label}", outs[0] == outs[1])
 
 
 if __name__ == "__main__":

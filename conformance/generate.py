@@ -694,5 +694,38 @@ def gradscaler(facts):
     facts.add("growth past the largest f32", "scale after update", scaler.get_scale())
 
 
+# --- history ---------------------------------------------------------------------------------
+
+@area
+def history(facts):
+    """_record_memory_history's options and _snapshot's keys, as far as they run without a GPU:
+    the option checks run before CUDA is touched, and _snapshot() answers on the CPU."""
+    import inspect
+    import sys as _sys
+    mem = torch.cuda.memory
+    params = inspect.signature(mem._record_memory_history).parameters
+    for name in ["enabled", "context", "stacks", "max_entries", "clear_history", "skip_actions",
+                 "record_pinned_host_memory", "record_cuda"]:
+        default = params[name].default
+        facts.add("_record_memory_history", f"default {name}",
+                  "sys.maxsize" if default == _sys.maxsize else default)
+    cases = [
+        ("enabled='everything'", dict(enabled="everything")),
+        ("context='free'", dict(context="free")),
+        ("stacks='cpp'", dict(stacks="cpp")),
+        ("enabled='everything', context='free'", dict(enabled="everything", context="free")),
+        ("enabled=None, record_pinned_host_memory=True",
+         dict(enabled=None, record_pinned_host_memory=True)),
+        ("enabled=None, record_pinned_host_memory=True, context='free'",
+         dict(enabled=None, record_pinned_host_memory=True, context="free")),
+    ]
+    for scenario, kwargs in cases:
+        facts.add(scenario, "error", error_text(lambda: mem._record_memory_history(**kwargs)))
+    snapshot = mem._snapshot()
+    facts.add("_snapshot() without recording", "keys", list(snapshot))
+    facts.add("_snapshot() without recording", "host_segments", snapshot["host_segments"])
+    facts.add("_snapshot() without recording", "host_traces", snapshot["host_traces"])
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -238,6 +238,18 @@
                 var mark = element('p', 'wb-progress wb-progress-' + exercise.state, text);
                 box.insertBefore(mark, box.firstChild);
             });
+            // A reveal holding an exercise's answer (`<details class="wb-answer">`) opens by
+            // itself once that exercise's tests pass; the learner has made the prediction.
+            document.querySelectorAll('.content details.wb-answer[data-chapter]').forEach(function (reveal) {
+                var chapter = byName[reveal.getAttribute('data-chapter')];
+                var exercise = chapter && chapter.exercises.filter(function (e) {
+                    return e.name === reveal.getAttribute('data-exercise');
+                })[0];
+                if (exercise && exercise.state === 'done' && !reveal.open) {
+                    reveal.open = true;
+                    reveal.classList.add('wb-answer-earned');
+                }
+            });
             var tick = function () {
                 document.querySelectorAll('#mdbook-sidebar a[href]').forEach(function (a) {
                     var page = (a.getAttribute('href') || '').split('/').pop().replace(/\.html.*$/, '');
@@ -413,7 +425,8 @@
     // The event in words: "alloc 4 MiB on stream 0 → allocated 12 MiB, reserved 20 MiB".
     function describe(e) {
         var what;
-        var where = e.segment === null ? '' : ' in segment ' + e.segment;
+        // Segments are numbered from 1 here, as the static segment map numbers them.
+        var where = e.segment === null ? '' : ' in segment ' + (e.segment + 1);
         if (e.action === 'alloc' || e.action === 'free_requested'
             || e.action === 'free_completed') {
             what = e.action + ' ' + size(e.size) + ' (' + size(e.requested) + ' requested) on stream '
@@ -512,16 +525,20 @@
     }
 
     // The timeline: allocated and reserved bytes after each event, drawn at the width it has
-    // (so that its labels stay 12 px on a phone), with a cursor at the current event.
+    // (so that its labels stay 12 px on a phone), with a cursor at the current event. Event i
+    // (counted from 0 here, from 1 in the words) spans x(i - 1) to x(i); its change, the cursor,
+    // its out-of-memory line and a step's tick are all drawn where the span begins, as in the
+    // static picture.
     function drawTimeline(view, history, current) {
         var box = view.timeline;
         var width = Math.max(box.clientWidth, 200);
         var steps = stepsOf(history);
-        var height = steps.length > 0 ? 166 : 150;
         var left = 8;
         var right = width - 8;
-        var top = 20;
-        var bottom = steps.length > 0 ? height - 38 : height - 22;
+        // Room above the plot for the steps' marks: numbered circles, not axis values.
+        var top = steps.length > 0 ? 38 : 20;
+        var height = 150 + top - 20;
+        var bottom = height - 22;
         var rows = history.trace;
         var peak = history.before[1];
         rows.forEach(function (r) {
@@ -549,7 +566,7 @@
         };
         var svg = svgElement('svg', { width: width, height: height, role: 'img',
             'aria-label': 'Allocated and reserved bytes after each event; the line marks event '
-                + current });
+                + (current + 1) + ' of ' + rows.length });
         svg.appendChild(svgElement('path', { d: path(1), class: 'wb-mv-reserved' }));
         svg.appendChild(svgElement('path', { d: path(0), class: 'wb-mv-allocated' }));
         svg.appendChild(svgElement('line', { x1: left, x2: right, y1: bottom, y2: bottom,
@@ -569,25 +586,32 @@
             }
             svg.appendChild(t);
         };
-        // The walkthrough's steps: a tick where each begins, numbered under the axis (the
-        // words are in the list of steps and the event's description); a number that would
-        // touch the one before is left out, the tick stays.
-        var numbered = -Infinity;
+        // The walkthrough's steps: a tick where each begins, marked above the plot by its
+        // number in a circle (the words are in the list of steps and the event's
+        // description); a mark that would touch the one before is left out, the tick stays.
+        var marked = -Infinity;
         steps.forEach(function (s, k) {
             var sx = x(s[0] - 1) + 0.5;
-            svg.appendChild(svgElement('line', { x1: sx, x2: sx, y1: top, y2: bottom + 4,
-                class: 'wb-mv-step-tick' + (k === stepAt(steps, current) ? ' wb-mv-current' : '') }));
-            // Steps that begin at the same event: the last one is the event's, and numbered.
+            var current_ = k === stepAt(steps, current) ? ' wb-mv-current' : '';
+            svg.appendChild(svgElement('line', { x1: sx, x2: sx, y1: top - 4, y2: bottom,
+                class: 'wb-mv-step-tick' + current_ }));
+            // Steps that begin at the same event: the last one is the event's, and marked.
             var sameAsNext = k + 1 < steps.length && steps[k + 1][0] === s[0];
-            if (!sameAsNext && sx - numbered >= 16 && sx <= right - 4) {
-                label(stepNumber(steps, k), [sx, bottom + 16], 'middle');
-                numbered = sx;
+            var cx = Math.min(Math.max(sx, left + 9), right - 9);
+            if (!sameAsNext && cx - marked >= 20) {
+                svg.appendChild(svgElement('circle', { cx: cx, cy: top - 13, r: 9,
+                    class: 'wb-mv-step-mark' + current_ }));
+                var t = svgElement('text', { x: cx, y: top - 13, 'text-anchor': 'middle',
+                    'dominant-baseline': 'central', class: 'wb-mv-step-number' + current_ });
+                t.textContent = stepNumber(steps, k);
+                svg.appendChild(t);
+                marked = cx;
             }
         });
-        label('peak ' + size(peak), [left, top - 6], 'start');
-        label('event 0', [left, height - 4], 'start');
-        label('event ' + (rows.length - 1), [right, height - 4], 'end');
-        var cx = (x(current - 1) + x(current)) / 2;
+        label('peak ' + size(peak), [left, 13], 'start');
+        label('event 1', [left, height - 4], 'start');
+        label('event ' + rows.length, [right, height - 4], 'end');
+        var cx = x(current - 1) + 0.5;
         svg.appendChild(svgElement('line', { x1: cx, x2: cx, y1: top - 4, y2: bottom + 4,
                                              class: 'wb-mv-cursor' }));
         svg.addEventListener('click', function (event) {
@@ -615,7 +639,7 @@
                 return b.pending ? sum : sum + b.size;
             }, 0);
             var row = element('div', 'wb-mv-segment');
-            row.appendChild(element('div', 'wb-mv-segment-name', 'segment ' + s.number + ' · '
+            row.appendChild(element('div', 'wb-mv-segment-name', 'segment ' + (s.number + 1) + ' · '
                 + size(s.size) + ' · live ' + size(live)));
             var bar = element('div', 'wb-mv-bar');
             bar.style.width = (100 * s.size / largest).toFixed(2) + '%';
@@ -637,8 +661,9 @@
                 block.setAttribute('role', 'button');
                 var words = 'block of ' + size(b.size) + ' (' + size(b.requested)
                     + ' requested) on stream ' + b.stream + ', at offset ' + size(b.offset)
-                    + ' of segment ' + s.number + (b.at < 0 ? ', allocated before recording began'
-                        : ', allocated at event ' + b.at)
+                    + ' of segment ' + (s.number + 1) + (b.at < 0
+                        ? ', allocated before recording began'
+                        : ', allocated at event ' + (b.at + 1))
                     + (b.pending ? '; freed, not yet back in the cache' : '');
                 if (b.offset === 0) {
                     words = words.replace('at offset 0 B of', 'at the start of');
@@ -719,7 +744,7 @@
             current = Math.max(0, Math.min(last, i));
             view.current = current;
             slider.value = String(current);
-            count.textContent = 'event ' + current + ' of 0 to ' + last;
+            count.textContent = 'event ' + (current + 1) + ' of ' + (last + 1);
             previous.disabled = current === 0;
             next.disabled = current === last;
             var step = stepAt(steps, current);

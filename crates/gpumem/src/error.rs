@@ -96,6 +96,12 @@ pub enum Error {
         /// The device of the offending buffer.
         actual: String,
     },
+    /// `record_memory_history` was given an option torch 2.15 refuses; the message is torch's.
+    #[error("{message}")]
+    HistoryOption {
+        /// torch's whole message.
+        message: String,
+    },
     /// An operation was given arguments it cannot work with (shapes, lengths, aliasing, types).
     #[error("{op} on {device}: {message}")]
     InvalidArgument {

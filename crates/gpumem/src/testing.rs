@@ -43,7 +43,10 @@ pub fn reset(device: &Device) {
     let _ = device.synchronize();
     device.clear_per_process_memory_fraction();
     device.set_allocator_config(AllocatorConfig::from_env().unwrap_or_default());
-    device.record_memory_history(false);
+    let _ = device.record_memory_history_options(crate::policy::history::HistoryOptions {
+        clear_history: true,
+        ..crate::policy::history::HistoryOptions::off()
+    });
     device.record_activity(false);
     device.empty_cache();
     device.empty_host_cache();

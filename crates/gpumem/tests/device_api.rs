@@ -166,8 +166,8 @@ fn pinned_buffers_come_from_a_caching_host_allocator() {
     let s = dev.host_memory_stats();
     assert_eq!(
         (
-            s.allocation.current,
-            s.allocated_bytes.current,
+            s.active_requests.current,
+            s.active_bytes.current,
             s.num_host_alloc
         ),
         (1, 4096, 1)
@@ -176,11 +176,11 @@ fn pinned_buffers_come_from_a_caching_host_allocator() {
     let second = dev.alloc_pinned::<f32>(1024).unwrap();
     let s = dev.host_memory_stats();
     assert_eq!(s.num_host_alloc, 1, "the cached block is reused");
-    assert_eq!(s.reserved_bytes.current, 4096);
+    assert_eq!(s.allocated_bytes.current, 4096, "the pool");
     drop(second);
     dev.empty_host_cache();
     let s = dev.host_memory_stats();
-    assert_eq!((s.reserved_bytes.current, s.num_host_free), (0, 1));
+    assert_eq!((s.allocated_bytes.current, s.num_host_free), (0, 1));
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use gpumem::allocator::{CachingAllocator, PendingUse, StreamId};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::history::BlockState;
-use gpumem::{AllocatorConfig, HistoryLevel, HistoryOptions, TraceAction};
+use gpumem::{ActionSet, AllocatorConfig, ContextLevel, HistoryLevel, HistoryOptions, TraceAction};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -38,6 +38,7 @@ fn max_entries_keeps_the_newest_entries() {
     a.record_history_options(HistoryOptions {
         enabled: Some(HistoryLevel::All),
         max_entries: 3,
+        ..HistoryOptions::default()
     });
     let b = a.malloc(512, S0).unwrap();
     a.free(b, vec![]);
@@ -57,6 +58,7 @@ fn state_keeps_one_entry_as_torch() {
     a.record_history_options(HistoryOptions {
         enabled: Some(HistoryLevel::State),
         max_entries: 1000,
+        ..HistoryOptions::default()
     });
     let b = a.malloc(512, S0).unwrap();
     assert_eq!(actions(&a), [TraceAction::Alloc]);
@@ -201,5 +203,101 @@ fn the_replay_ignores_annotations() {
     assert_eq!(
         gpumem::trace::AllocTrace::from_entries(&trace, "t").to_json(),
         gpumem::trace::AllocTrace::from_entries(&without, "t").to_json()
+    );
+}
+
+#[test]
+fn skip_actions_leaves_those_actions_out_of_the_trace() {
+    let a = allocator();
+    a.record_history_options(HistoryOptions {
+        skip_actions: ActionSet::parse(&["free_requested", "snapshot", "annotate"]).unwrap(),
+        ..HistoryOptions::default()
+    });
+    let b = a.malloc(512, S0).unwrap();
+    a.free(b, vec![]);
+    let _ = a.snapshot();
+    assert_eq!(
+        actions(&a),
+        [
+            TraceAction::SegmentAlloc,
+            TraceAction::Alloc,
+            TraceAction::FreeCompleted,
+        ],
+        "no free_requested, and neither snapshot's own entry"
+    );
+}
+
+#[test]
+fn an_unknown_skip_action_is_torchs_error() {
+    let e = ActionSet::parse(&["alloc", "malloc"]).unwrap_err();
+    assert_eq!(e.to_string(), "Unknown TraceEntry action: malloc");
+}
+
+#[test]
+fn clear_history_empties_the_trace_and_recording_goes_on() {
+    let a = allocator();
+    a.record_history(true);
+    let b = a.malloc(512, S0).unwrap();
+    assert_eq!(actions(&a).len(), 2, "segment_alloc, alloc");
+    a.record_history_options(HistoryOptions {
+        clear_history: true,
+        ..HistoryOptions::default()
+    });
+    assert!(a.snapshot().trace.is_empty());
+    a.free(b, vec![]);
+    assert_eq!(
+        actions(&a),
+        [
+            TraceAction::Snapshot,
+            TraceAction::FreeRequested,
+            TraceAction::FreeCompleted,
+        ]
+    );
+}
+
+#[test]
+fn context_decides_which_entries_keep_their_frames() {
+    let frames_of_alloc = |context| {
+        let a = allocator();
+        a.record_history_options(HistoryOptions {
+            context,
+            ..HistoryOptions::default()
+        });
+        let b = a.malloc(512, S0).unwrap();
+        let trace = a.snapshot().trace;
+        a.free(b, vec![]);
+        let alloc = trace.iter().find(|e| e.action == TraceAction::Alloc);
+        alloc.map(|e| e.frames.len())
+    };
+    assert_eq!(frames_of_alloc(Some(ContextLevel::All)), Some(1));
+    assert_eq!(frames_of_alloc(Some(ContextLevel::Alloc)), Some(1));
+    assert_eq!(frames_of_alloc(Some(ContextLevel::State)), Some(0));
+    assert_eq!(frames_of_alloc(None), Some(0));
+}
+
+#[test]
+fn torchs_strings_are_checked_with_torchs_messages() {
+    let err = |e: Option<&str>, c: Option<&str>, s: &str| {
+        HistoryOptions::from_torch(e, c, s, false)
+            .err()
+            .map(|e| e.to_string())
+    };
+    assert_eq!(err(Some("all"), Some("alloc"), "python"), None);
+    assert_eq!(
+        err(Some("everything"), Some("all"), "all").as_deref(),
+        Some("expected state to be 'state', 'all', or None")
+    );
+    assert_eq!(
+        err(Some("all"), Some("free"), "all").as_deref(),
+        Some("expected context to be 'state', 'alloc', 'all', or None")
+    );
+    assert_eq!(
+        err(Some("all"), Some("all"), "cpp").as_deref(),
+        Some("expected stacks to be 'python', or 'all'")
+    );
+    let o = HistoryOptions::from_torch(Some("state"), None, "python", false).unwrap();
+    assert_eq!(
+        (o.enabled, o.context, o.max_entries),
+        (Some(HistoryLevel::State), None, usize::MAX)
     );
 }

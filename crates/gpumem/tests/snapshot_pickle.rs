@@ -56,7 +56,8 @@ with open(sys.argv[1], 'rb') as f:
 assert raw[0] == 0x80 and raw[1] == 4, 'protocol %r' % raw[:2]
 snap = pickle.loads(raw)
 want = json.load(open(sys.argv[2]))
-assert set(snap) == {'segments', 'device_traces', 'allocator_settings', 'external_annotations'}, sorted(snap)
+assert list(snap) == ['segments', 'device_traces', 'allocator_settings', 'external_annotations', 'host_segments', 'host_traces'], list(snap)
+assert snap['host_segments'] == [] and snap['host_traces'] == []
 notes = [e for e in want['trace'] if e['action'] == 'annotation']
 assert [(a['name'], a['stage'], a['device'], a['time_us']) for a in snap['external_annotations']] == [(e['label'], 'START', 0, e['time_us']) for e in notes], snap['external_annotations']
 assert all(e['action'] != 'annotation' for t in snap['device_traces'] for e in t)
@@ -113,11 +114,14 @@ assert len(entries) == len(want['trace'])
 for e, w in zip(entries, want['trace']):
     assert e['action'] == w['action'], (e['action'], w['action'])
     addr_key = 'device_free' if e['action'] == 'oom' else 'addr'
-    assert set(e) == {'action', addr_key, 'size', 'stream', 'time_us', 'frames'}, sorted(e)
+    keys = ['action', addr_key, 'size', 'stream', 'time_us', 'compile_context', 'user_metadata',
+            'pool_id'] + (['frames'] if w.get('frames') else [])
+    assert list(e) == keys, list(e)
     assert (e[addr_key], e['size'], e['stream'], e['time_us']) == \
         (w['addr'], w['size'], w['stream'], w['time_us'])
-    assert e['frames'] == [{'filename': f['filename'], 'line': f['line'], 'name': f['name']}
-                           for f in w.get('frames', [])]
+    assert (e['compile_context'], e['user_metadata'], e['pool_id']) == ('', '', (0, 0))
+    assert e.get('frames', []) == [{'filename': f['filename'], 'line': f['line'], 'name': f['name']}
+                                   for f in w.get('frames', [])]
 settings = snap['allocator_settings']
 for k in ('PYTORCH_CUDA_ALLOC_CONF', 'max_split_size', 'garbage_collection_threshold',
           'expandable_segments', 'pinned_num_register_threads', 'release_lock_on_cudamalloc',
@@ -129,7 +133,7 @@ print(settings['PYTORCH_CUDA_ALLOC_CONF'], settings['max_split_size'],
 print(sorted(int(k) for k in settings['roundup_power2_divisions'])[-1],
       settings['roundup_power2_divisions']['1'])
 print(sorted({b['state'] for s in segs for b in s['blocks']}))
-print(sorted({(e['action'], f['filename'].split('/')[-1]) for e in entries for f in e['frames']}))
+print(sorted({(e['action'], f['filename'].split('/')[-1]) for e in entries for f in e.get('frames', [])}))
 print(sum(1 for s in segs if s['frames']), sum(1 for s in segs for b in s['blocks'] if b['frames']))
 "#;
 

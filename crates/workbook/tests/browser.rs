@@ -16,7 +16,9 @@
 //! or more at 390 px), and its activity view steps through the copies and kernels and says what a
 //! copy span is (stream, bytes, pinned block) on hover and tap. Chapter 13's block view shows
 //! the pool and the block tables of its first step, steps to the next, and says what a block holds
-//! on hover and tap, at 1280 and 390 px.
+//! on hover and tap, at 1280 and 390 px. At 390 px, in the light and navy themes, no chapter with
+//! pictures scrolls sideways, its answers' reveals open; an answer's reveal opens by itself when
+//! the served progress says its exercise passes, and stays closed while it fails.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`),
 //! or the programs named by `WORKBOOK_CHROMIUM` and `WORKBOOK_CHROMEDRIVER`. Without them the test
@@ -144,12 +146,16 @@ fn serve_book(root: &Path) -> workbook::book::serve::Running {
 }
 
 /// The progress the test's server reports (`workbook start` reads it from `.workbook/`): chapter
-/// 1's `choose_device` failing with 1 of 7 tests passing, chapter 3 done.
+/// 1's `choose_device` failing with 1 of 7 tests passing, chapter 3 done (its prediction
+/// passes), chapter 10's prediction failing.
 const PROGRESS: &str = r#"{"chapters": [
   {"name": "ch01-availability", "done": false, "exercises": [
     {"name": "cuda_status", "state": "done", "passed": 1, "total": 1},
     {"name": "choose_device", "state": "failing", "passed": 1, "total": 7}]},
-  {"name": "ch03-drop-and-empty-cache", "done": true, "exercises": []}
+  {"name": "ch03-drop-and-empty-cache", "done": true, "exercises": [
+    {"name": "predict", "state": "done", "passed": 6, "total": 6}]},
+  {"name": "ch10-out-of-memory", "done": false, "exercises": [
+    {"name": "predict", "state": "failing", "passed": 2, "total": 5}]}
 ]}"#;
 
 /// Forgets the answers to chapter 4's questions kept by the browser, so that the page asks again.
@@ -603,6 +609,12 @@ impl BookCheck {
             .extend(self.on_a_phone(client, &files).await?);
         report
             .problems
+            .extend(self.pictured_chapters_fit_a_phone(client, &files).await?);
+        report
+            .problems
+            .extend(self.answers_open_when_their_exercise_passes(client).await?);
+        report
+            .problems
             .extend(self.step_through_the_history(client).await?);
         report
             .problems
@@ -1046,6 +1058,155 @@ impl BookCheck {
             .set_window_size(1280, 900)
             .await
             .map_err(|e| format!("resizing the window back: {e}"))?;
+        Ok(problems)
+    }
+
+    /// Every chapter with pictures at [`PHONE_WIDTH`], in the light and navy themes, with its
+    /// answers' reveals open: the page does not scroll sideways (the pictures shrink to the
+    /// column; long lines scroll or wrap in their own box). Puts the browser back after.
+    async fn pictured_chapters_fit_a_phone(
+        &self,
+        client: &Client,
+        files: &[String],
+    ) -> Result<Vec<String>, String> {
+        let mut problems = Vec::new();
+        let pictured: Vec<&String> = files
+            .iter()
+            .filter(|f| {
+                let stem = f.trim_end_matches(".html");
+                !is_solution_page(f)
+                    && self
+                        .dest
+                        .join("pictures")
+                        .join(format!("{stem}-timeline.svg"))
+                        .is_file()
+            })
+            .collect();
+        if pictured.len() < 10 {
+            problems.push(format!(
+                "only {} chapters have pictures ({pictured:?})",
+                pictured.len()
+            ));
+        }
+        client
+            .set_window_size(PHONE_WIDTH, 844)
+            .await
+            .map_err(|e| format!("resizing the window: {e}"))?;
+        for theme in ["light", "navy"] {
+            for file in &pictured {
+                self.open(client, file).await?;
+                client
+                    .execute(
+                        "localStorage.setItem('mdbook-theme', arguments[0]);",
+                        vec![json!(theme)],
+                    )
+                    .await
+                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                self.open(client, file).await?;
+                let wide = client
+                    .execute(
+                        "document.querySelectorAll('.content details').forEach(d => d.open = true); \
+                         const e = document.scrollingElement; \
+                         return [e.scrollWidth, window.innerWidth, \
+                                 document.documentElement.className];",
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| format!("measuring {file}: {e}"))?;
+                let (scroll, inner) = (wide[0].as_f64(), wide[1].as_f64());
+                if !wide[2].as_str().is_some_and(|c| c.contains(theme)) {
+                    problems.push(format!("{file}: the {theme} theme did not apply ({wide})"));
+                }
+                if scroll.zip(inner).is_none_or(|(s, i)| s > i) {
+                    problems.push(format!(
+                        "at {PHONE_WIDTH} px in the {theme} theme, {file} scrolls sideways: \
+                         scrollWidth {} in a window of {}",
+                        wide[0], wide[1]
+                    ));
+                }
+                if let Some(dir) = &self.screenshots
+                    && file.starts_with("ch10")
+                {
+                    for (what, css) in [
+                        ("message", ".content pre"),
+                        ("timeline", ".content img[src$='-timeline.svg']"),
+                        ("view", ".content .wb-memview"),
+                        ("answer", ".content details.wb-answer"),
+                    ] {
+                        client
+                            .execute(
+                                "const e = document.querySelector(arguments[0]); \
+                                 if (e !== null) e.scrollIntoView({block: 'start'});",
+                                vec![json!(css)],
+                            )
+                            .await
+                            .map_err(|e| format!("scrolling to {css}: {e}"))?;
+                        self.screenshot(client, dir, &format!("ch10-phone-{theme}-{what}"))
+                            .await?;
+                    }
+                }
+            }
+        }
+        light_at_1280(client).await?;
+        Ok(problems)
+    }
+
+    /// An answer's reveal (`<details class="wb-answer">`) opens by itself when the progress the
+    /// server reports says its exercise passes (chapter 3's prediction), and stays closed while
+    /// it fails (chapter 10's).
+    async fn answers_open_when_their_exercise_passes(
+        &self,
+        client: &Client,
+    ) -> Result<Vec<String>, String> {
+        let mut problems = Vec::new();
+        for (file, want_open) in [
+            ("ch03-drop-and-empty-cache.html", true),
+            ("ch10-out-of-memory.html", false),
+        ] {
+            self.open(client, file).await?;
+            // The progress arrives after the page: wait for the exercise box's mark.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let reveals = loop {
+                let state = client
+                    .execute(
+                        "const marked = document.querySelector('.content .wb-progress') !== null; \
+                         const r = Array.from(document.querySelectorAll('.content details.wb-answer')); \
+                         return [marked, r.map(d => d.open), \
+                                 r.map(d => d.querySelector('summary').textContent)];",
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| format!("reading the reveals of {file}: {e}"))?;
+                if state[0] == json!(true) || Instant::now() > deadline {
+                    break state;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            let open = reveals[1].as_array().cloned().unwrap_or_default();
+            if open.is_empty() || open.iter().any(|o| *o != json!(want_open)) {
+                problems.push(format!(
+                    "{file}: the answers' reveals are open: {} ({} wanted, the exercise {})",
+                    reveals[1],
+                    want_open,
+                    if want_open { "passes" } else { "fails" }
+                ));
+            }
+            let summaries = reveals[2].as_array().cloned().unwrap_or_default();
+            if !summaries
+                .iter()
+                .all(|t| t.as_str().is_some_and(|t| t.contains("predict first")))
+            {
+                problems.push(format!(
+                    "{file}: a reveal does not say to predict first: {}",
+                    reveals[2]
+                ));
+            }
+            if let Some(dir) = &self.screenshots
+                && want_open
+            {
+                self.screenshot(client, dir, "ch03-answers-opened").await?;
+            }
+        }
         Ok(problems)
     }
 

@@ -388,7 +388,7 @@ fn viz_range_draws_a_window_with_the_segments_at_its_end() {
     assert!(o.status.success(), "{err}");
     let text = std::fs::read_to_string(&svg).unwrap();
     // Events 0..4: the 20 MiB segment and its three blocks (18 MiB), no small segment yet.
-    assert!(text.contains("4 allocator events"), "{text}");
+    assert!(text.contains("4 events"), "{text}");
     assert!(text.contains("peak allocated 18 MiB"), "{text}");
     assert!(text.contains("peak reserved 20 MiB"), "{text}");
     assert!(text.contains("1 segment"), "{text}");

@@ -278,7 +278,7 @@ fn a_replayed_torch_snapshot_keeps_each_blocks_frames_and_a_trace_file_gets_none
     ]);
     assert!(o.status.success(), "{err}");
     let frames = "import pickle,sys; t=pickle.load(open(sys.argv[1],'rb'))['device_traces'][0]; \
-                  print(sorted({(e['action'], repr(e['frames'])) for e in t}))";
+                  print(sorted({(e['action'], repr(e.get('frames', []))) for e in t}))";
     let seen = python(frames, &[&out]);
     assert_eq!(
         seen.trim(),
@@ -298,8 +298,57 @@ fn a_replayed_torch_snapshot_keeps_each_blocks_frames_and_a_trace_file_gets_none
     assert!(o.status.success(), "{err}");
     let seen = python(
         "import pickle,sys; t=pickle.load(open(sys.argv[1],'rb'))['device_traces'][0]; \
-         print(sum(len(e['frames']) for e in t), len(t) > 0)",
+         print(sum(len(e.get('frames', [])) for e in t), len(t) > 0)",
         &[&out2],
     );
     assert_eq!(seen.trim(), "0 True");
+}
+
+/// Adds torch 2.15's `host_segments` and `host_traces` (`record_pinned_host_memory=True`) to a
+/// snapshot: one live 1 GiB pinned block, device -1, and its host trace.
+const WITH_HOST: &str = r#"
+import pickle, sys
+snap = pickle.load(open(sys.argv[1], 'rb'))
+size, addr = 1 << 30, 0x7e0000000000
+block = {'address': addr, 'size': size, 'requested_size': size, 'state': 'active_allocated',
+         'frames': []}
+snap['external_annotations'] = []
+snap['host_segments'] = [{'device': -1, 'address': addr, 'total_size': size,
+                          'allocated_size': size, 'active_size': size, 'requested_size': size,
+                          'stream': 0, 'segment_type': 'small', 'segment_pool_id': (0, 0),
+                          'is_expandable': False, 'frames': [], 'blocks': [block]}]
+snap['host_traces'] = [{'action': a, 'addr': addr, 'size': size, 'stream': 0, 'time_us': 1,
+                        'frames': []} for a in ('segment_alloc', 'alloc')]
+pickle.dump(snap, open(sys.argv[2], 'wb'), protocol=5)
+"#;
+
+#[test]
+fn a_snapshot_with_pinned_host_memory_reads_as_the_same_snapshot_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = committed("interleaved-lifetimes.json");
+    std::fs::create_dir(dir.path().join("a")).unwrap();
+    std::fs::create_dir(dir.path().join("b")).unwrap();
+    let without = dir.path().join("a/step.pickle");
+    let with = dir.path().join("b/step.pickle");
+    python(TO_TORCH, &[&source, &without]);
+    python(WITH_HOST, &[&without, &with]);
+    let run = |args: &[&str]| {
+        let (o, out, err) = workbook(args);
+        assert!(o.status.success(), "workbook {args:?}: {err}");
+        out
+    };
+    let replay = |p: &Path| run(&["replay", p.to_str().unwrap(), "--json", "--repeat", "1"]);
+    assert_eq!(peaks(&replay(&with)), peaks(&replay(&without)));
+    let inspect =
+        |p: &Path| run(&["inspect", p.to_str().unwrap()]).replace(p.to_str().unwrap(), "FILE");
+    let report = inspect(&with);
+    assert!(report.contains("device 0:"), "{report}");
+    assert_eq!(
+        report,
+        inspect(&without),
+        "the host's 1 GiB block is not read as the device's"
+    );
+    let svg = dir.path().join("with.svg");
+    run(&["viz", with.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }

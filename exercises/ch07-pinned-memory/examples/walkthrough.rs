@@ -24,13 +24,15 @@ fn uploads(dev: &Device) -> String {
     )
 }
 
-/// The pinned host allocator's headline numbers.
+/// The pinned host allocator's headline numbers, under torch 2.15's keys (`allocated_bytes` is
+/// the pool: blocks handed out or cached).
 fn host(h: HostMemoryStats) -> String {
     format!(
-        "live blocks {}, allocated {}, reserved {}, num_host_alloc {}, num_host_free {}",
-        h.allocation.current,
+        "active_requests {}, active_bytes {}, allocated_bytes {}, num_host_alloc {}, \
+         num_host_free {}",
+        h.active_requests.current,
+        format_bytes(h.active_bytes.current),
         format_bytes(h.allocated_bytes.current),
-        format_bytes(h.reserved_bytes.current),
         h.num_host_alloc,
         h.num_host_free
     )

@@ -38,16 +38,17 @@ pub fn download_pinned(_buf: &Buffer<f32>, _stream: &Stream) -> Result<Vec<f32>>
 pub struct HostPrediction {
     /// Pinned blocks obtained from the system (`num_host_alloc`).
     pub num_host_alloc: u64,
-    /// Bytes in live pinned blocks at the end (`allocated_bytes.current`).
-    pub pinned_allocated_bytes: u64,
-    /// The most bytes ever in live pinned blocks (`allocated_bytes.peak`).
-    pub pinned_peak_bytes: u64,
-    /// Bytes of pinned memory held, live or cached, at the end (`reserved_bytes.current`).
-    pub pinned_reserved_bytes: u64,
+    /// Bytes in pinned blocks handed out, at the end (`active_bytes.current`).
+    pub pinned_active_bytes: u64,
+    /// The most bytes ever in pinned blocks handed out (`active_bytes.peak`).
+    pub pinned_peak_active_bytes: u64,
+    /// Bytes of pinned memory held, handed out or cached, at the end: the pool
+    /// (`allocated_bytes.current`, torch 2.15's meaning).
+    pub pinned_pool_bytes: u64,
     /// Pinned blocks given back to the system by `empty_host_cache` (`num_host_free`).
     pub num_host_free: u64,
-    /// `reserved_bytes.current` after `empty_host_cache`.
-    pub pinned_reserved_after_empty: u64,
+    /// `allocated_bytes.current` (the pool) after `empty_host_cache`.
+    pub pinned_pool_after_empty: u64,
     /// Host-to-device copies, pageable and pinned (`host_to_device.copies`).
     pub host_to_device_copies: u64,
     /// Of those, copies from pinned memory (`pinned.copies`).
@@ -80,11 +81,11 @@ pub fn host_scenario(dev: &Device) -> Result<HostPrediction> {
     drop((c, d));
     Ok(HostPrediction {
         num_host_alloc: before.num_host_alloc,
-        pinned_allocated_bytes: before.allocated_bytes.current,
-        pinned_peak_bytes: before.allocated_bytes.peak,
-        pinned_reserved_bytes: before.reserved_bytes.current,
+        pinned_active_bytes: before.active_bytes.current,
+        pinned_peak_active_bytes: before.active_bytes.peak,
+        pinned_pool_bytes: before.allocated_bytes.current,
         num_host_free: after.num_host_free,
-        pinned_reserved_after_empty: after.reserved_bytes.current,
+        pinned_pool_after_empty: after.allocated_bytes.current,
         host_to_device_copies: copies.host_to_device.copies,
         pinned_copies: copies.pinned.copies,
         pinned_bytes: copies.pinned.bytes,
@@ -96,7 +97,7 @@ pub fn host_scenario(dev: &Device) -> Result<HostPrediction> {
 /// Predict, then measure: the numbers you expect from `host_scenario`, written BEFORE running it.
 pub fn predict_host() -> HostPrediction {
     // TODO: write your prediction, e.g.
-    // HostPrediction { num_host_alloc: 4, pinned_allocated_bytes: 22_096, ... }
+    // HostPrediction { num_host_alloc: 4, pinned_active_bytes: 22_096, ... }
     todo!("predict_host")
 }
 // ANCHOR_END: predict_host

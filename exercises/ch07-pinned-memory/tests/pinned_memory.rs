@@ -71,18 +71,18 @@ fn upload_pinned_stages_through_one_cached_pinned_block() {
     let buf = upload_pinned(&dev, &stream, &vec![0.25; 3000]).expect("upload_pinned");
     let h = dev.host_memory_stats();
     assert_eq!(h.num_host_alloc, 1, "one pinned block from the system");
-    assert_eq!(h.allocation.allocated, 1, "one alloc_pinned call");
+    assert_eq!(h.active_requests.allocated, 1, "one alloc_pinned call");
     assert_eq!(
-        h.allocation.current, 0,
+        h.active_requests.current, 0,
         "the staging buffer is dropped before returning"
     );
-    assert_eq!(h.allocated_bytes.current, 0);
+    assert_eq!(h.active_bytes.current, 0);
     assert_eq!(
-        h.allocated_bytes.peak, 16_384,
+        h.active_bytes.peak, 16_384,
         "12,000 bytes round up to a 16 KiB block"
     );
     assert_eq!(
-        h.reserved_bytes.current, 16_384,
+        h.allocated_bytes.current, 16_384,
         "the freed block stays cached"
     );
     assert_eq!(
@@ -104,8 +104,8 @@ fn upload_pinned_reuses_the_cached_staging_block() {
     let third = upload_pinned(&dev, &stream, &vec![3.0; 2500]).expect("third upload");
     let h = dev.host_memory_stats();
     assert_eq!(h.num_host_alloc, 1, "the cached block serves every upload");
-    assert_eq!(h.allocation.allocated, 3, "three alloc_pinned calls");
-    assert_eq!(h.reserved_bytes.current, 16_384);
+    assert_eq!(h.active_requests.allocated, 3, "three alloc_pinned calls");
+    assert_eq!(h.allocated_bytes.current, 16_384);
     assert_eq!(dev.transfer_stats().pinned, copied(3, 34_000));
     assert_eq!(first.to_vec().expect("first"), vec![1.0; 3000]);
     assert_eq!(second.to_vec().expect("second"), vec![2.0; 3000]);
@@ -150,9 +150,12 @@ fn download_pinned_allocates_no_device_memory_and_returns_its_staging_block() {
     );
     let h = dev.host_memory_stats();
     assert_eq!(h.num_host_alloc, 1);
-    assert_eq!(h.allocation.current, 0, "the staging buffer is dropped");
     assert_eq!(
-        h.reserved_bytes.current, 32_768,
+        h.active_requests.current, 0,
+        "the staging buffer is dropped"
+    );
+    assert_eq!(
+        h.allocated_bytes.current, 32_768,
         "20,000 bytes round up to 32 KiB, kept in the cache"
     );
 }
@@ -173,19 +176,19 @@ fn host_prediction_matches_block_rounding_and_reuse() {
     Prediction::new("your prediction of the host cache's blocks")
         .count("num_host_alloc", p.num_host_alloc, m.num_host_alloc)
         .bytes(
-            "pinned_allocated_bytes (allocated_bytes.current)",
-            p.pinned_allocated_bytes,
-            m.pinned_allocated_bytes,
+            "pinned_active_bytes (active_bytes.current)",
+            p.pinned_active_bytes,
+            m.pinned_active_bytes,
         )
         .bytes(
-            "pinned_peak_bytes (allocated_bytes.peak)",
-            p.pinned_peak_bytes,
-            m.pinned_peak_bytes,
+            "pinned_peak_active_bytes (active_bytes.peak)",
+            p.pinned_peak_active_bytes,
+            m.pinned_peak_active_bytes,
         )
         .bytes(
-            "pinned_reserved_bytes (reserved_bytes.current)",
-            p.pinned_reserved_bytes,
-            m.pinned_reserved_bytes,
+            "pinned_pool_bytes (allocated_bytes.current)",
+            p.pinned_pool_bytes,
+            m.pinned_pool_bytes,
         )
         .check();
 }
@@ -197,9 +200,9 @@ fn host_prediction_matches_empty_host_cache() {
     Prediction::new("your prediction after empty_host_cache")
         .count("num_host_free", p.num_host_free, m.num_host_free)
         .bytes(
-            "pinned_reserved_after_empty",
-            p.pinned_reserved_after_empty,
-            m.pinned_reserved_after_empty,
+            "pinned_pool_after_empty",
+            p.pinned_pool_after_empty,
+            m.pinned_pool_after_empty,
         )
         .check();
 }
@@ -296,14 +299,14 @@ fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
     let h = dev.host_memory_stats();
     assert_eq!(h.num_host_alloc, 2, "two pinned blocks from the system");
     assert_eq!(
-        h.allocation.allocated, 2,
+        h.active_requests.allocated, 2,
         "two alloc_pinned calls for 9 batches"
     );
-    assert_eq!(h.allocation.peak, 2);
-    assert_eq!(h.allocation.current, 0, "both dropped at the end");
-    assert_eq!(h.segment.current, 2, "both kept in the cache");
+    assert_eq!(h.active_requests.peak, 2);
+    assert_eq!(h.active_requests.current, 0, "both dropped at the end");
+    assert_eq!(h.allocations.current, 2, "both kept in the cache");
     assert_eq!(
-        h.reserved_bytes.current,
+        h.allocated_bytes.current,
         2 * 16_384,
         "12,000 bytes -> 16 KiB each"
     );
@@ -314,8 +317,8 @@ fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
         h.num_host_alloc, 2,
         "the second run takes both blocks from the cache"
     );
-    assert_eq!(h.allocation.allocated, 4);
-    assert_eq!(h.reserved_bytes.current, 2 * 16_384);
+    assert_eq!(h.active_requests.allocated, 4);
+    assert_eq!(h.allocated_bytes.current, 2 * 16_384);
 }
 
 #[test]
@@ -351,13 +354,16 @@ fn pipeline_keeps_at_most_two_batches_on_the_device_and_leaks_nothing() {
     );
     let h = dev.host_memory_stats();
     assert_eq!(
-        h.allocated_bytes.current, host_start.allocated_bytes.current,
+        h.active_bytes.current, host_start.active_bytes.current,
         "both staging buffers are dropped"
     );
-    assert_eq!(h.allocation.current, host_start.allocation.current);
     assert_eq!(
-        h.allocated_bytes.peak,
-        host_start.allocated_bytes.current + 2 * 16_384
+        h.active_requests.current,
+        host_start.active_requests.current
+    );
+    assert_eq!(
+        h.active_bytes.peak,
+        host_start.active_bytes.current + 2 * 16_384
     );
 }
 
@@ -392,7 +398,7 @@ fn pipeline_stops_at_the_first_consumer_error_and_leaks_nothing() {
         "nothing is consumed after the error"
     );
     assert_eq!(dev.memory_allocated(), 0, "no device buffer is left behind");
-    assert_eq!(dev.host_memory_stats().allocation.current, 0);
+    assert_eq!(dev.host_memory_stats().active_requests.current, 0);
 }
 
 #[test]

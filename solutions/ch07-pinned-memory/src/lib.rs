@@ -40,16 +40,17 @@ pub fn download_pinned(buf: &Buffer<f32>, stream: &Stream) -> Result<Vec<f32>> {
 pub struct HostPrediction {
     /// Pinned blocks obtained from the system (`num_host_alloc`).
     pub num_host_alloc: u64,
-    /// Bytes in live pinned blocks at the end (`allocated_bytes.current`).
-    pub pinned_allocated_bytes: u64,
-    /// The most bytes ever in live pinned blocks (`allocated_bytes.peak`).
-    pub pinned_peak_bytes: u64,
-    /// Bytes of pinned memory held, live or cached, at the end (`reserved_bytes.current`).
-    pub pinned_reserved_bytes: u64,
+    /// Bytes in pinned blocks handed out, at the end (`active_bytes.current`).
+    pub pinned_active_bytes: u64,
+    /// The most bytes ever in pinned blocks handed out (`active_bytes.peak`).
+    pub pinned_peak_active_bytes: u64,
+    /// Bytes of pinned memory held, handed out or cached, at the end: the pool
+    /// (`allocated_bytes.current`, torch 2.15's meaning).
+    pub pinned_pool_bytes: u64,
     /// Pinned blocks given back to the system by `empty_host_cache` (`num_host_free`).
     pub num_host_free: u64,
-    /// `reserved_bytes.current` after `empty_host_cache`.
-    pub pinned_reserved_after_empty: u64,
+    /// `allocated_bytes.current` (the pool) after `empty_host_cache`.
+    pub pinned_pool_after_empty: u64,
     /// Host-to-device copies, pageable and pinned (`host_to_device.copies`).
     pub host_to_device_copies: u64,
     /// Of those, copies from pinned memory (`pinned.copies`).
@@ -82,11 +83,11 @@ pub fn host_scenario(dev: &Device) -> Result<HostPrediction> {
     drop((c, d));
     Ok(HostPrediction {
         num_host_alloc: before.num_host_alloc,
-        pinned_allocated_bytes: before.allocated_bytes.current,
-        pinned_peak_bytes: before.allocated_bytes.peak,
-        pinned_reserved_bytes: before.reserved_bytes.current,
+        pinned_active_bytes: before.active_bytes.current,
+        pinned_peak_active_bytes: before.active_bytes.peak,
+        pinned_pool_bytes: before.allocated_bytes.current,
         num_host_free: after.num_host_free,
-        pinned_reserved_after_empty: after.reserved_bytes.current,
+        pinned_pool_after_empty: after.allocated_bytes.current,
         host_to_device_copies: copies.host_to_device.copies,
         pinned_copies: copies.pinned.copies,
         pinned_bytes: copies.pinned.bytes,
@@ -101,14 +102,14 @@ pub fn predict_host() -> HostPrediction {
         // a (16 KiB block), b (32 KiB), d (4 KiB); c reuses a's cached 16 KiB block.
         num_host_alloc: 3,
         // c (16 KiB) + d (4 KiB).
-        pinned_allocated_bytes: 16_384 + 4096,
+        pinned_active_bytes: 16_384 + 4096,
         // a and b alive together.
-        pinned_peak_bytes: 16_384 + 32_768,
+        pinned_peak_active_bytes: 16_384 + 32_768,
         // Every block obtained stays: 16 KiB (c) + 32 KiB (b's, cached) + 4 KiB (d).
-        pinned_reserved_bytes: 16_384 + 32_768 + 4096,
+        pinned_pool_bytes: 16_384 + 32_768 + 4096,
         // Only the cached 32 KiB block has no owner.
         num_host_free: 1,
-        pinned_reserved_after_empty: 16_384 + 4096,
+        pinned_pool_after_empty: 16_384 + 4096,
         // a's async copy and the copy from the Vec.
         host_to_device_copies: 2,
         pinned_copies: 1,

@@ -277,9 +277,15 @@ impl Device {
         self.inner.allocator.memory_summary()
     }
 
-    /// Starts or stops recording allocator events (`torch.cuda.memory._record_memory_history`).
+    /// Starts or stops recording allocator events (`torch.cuda.memory._record_memory_history`;
+    /// `false` is `enabled=None`, which also stops the pinned host allocator's recording).
     pub fn record_memory_history(&self, enabled: bool) {
         self.inner.allocator.record_history(enabled);
+        if !enabled {
+            self.inner
+                .host
+                .record_history(&crate::policy::history::HistoryOptions::off());
+        }
     }
 
     /// Marks a point of the program in the recorded history with a name (an `annotation` entry;
@@ -292,7 +298,9 @@ impl Device {
 
     /// Starts (`true`) or stops and forgets (`false`) recording the pinned host allocator's
     /// events and the copies and kernels with their streams ([`crate::activity`] says which).
-    /// gpumem's own record, beside the memory history: torch's snapshot holds neither.
+    /// gpumem's own record, beside the memory history: torch's snapshot holds no copies or
+    /// kernels (its pinned host blocks: `record_pinned_host_memory` in
+    /// [`crate::HistoryOptions`]).
     pub fn record_activity(&self, enabled: bool) {
         self.inner.activity.set_enabled(enabled);
     }
@@ -302,14 +310,31 @@ impl Device {
         self.inner.activity.activity()
     }
 
-    /// Segments, blocks and the recorded trace (`torch.cuda.memory._snapshot`).
+    /// Segments, blocks and the recorded trace (`torch.cuda.memory._snapshot`), with the pinned
+    /// host allocator's blocks and trace while `record_pinned_host_memory` records them (torch
+    /// 2.15's `host_segments`, `host_traces`).
     pub fn snapshot(&self) -> Snapshot {
-        self.inner.allocator.snapshot()
+        let mut snapshot = self.inner.allocator.snapshot();
+        // As torch 2.15's `_snapshot`: the host's segments and trace only while the host records
+        // (a host trace kept after recording stopped shows again when it restarts).
+        if self.inner.host.is_recording() {
+            snapshot.host_segments = self.inner.host.segments();
+            snapshot.host_traces = self.inner.host.traces();
+        }
+        snapshot
     }
 
-    /// `record_memory_history` with torch's options (`enabled`, `max_entries`).
-    pub fn record_memory_history_options(&self, options: crate::policy::history::HistoryOptions) {
+    /// `record_memory_history` with torch 2.15's options (see [`crate::HistoryOptions`]):
+    /// checked first (`record_pinned_host_memory` needs `enabled`, torch's message), then
+    /// applied to the device trace and the pinned host allocator's.
+    pub fn record_memory_history_options(
+        &self,
+        options: crate::policy::history::HistoryOptions,
+    ) -> Result<()> {
+        options.check()?;
         self.inner.allocator.record_history_options(options);
+        self.inner.host.record_history(&options);
+        Ok(())
     }
 
     /// Writes the snapshot as torch's `_dump_snapshot` does: a pickle that PyTorch's viewer

@@ -9,6 +9,7 @@ pub use crate::memory::host_cache::HostMemoryStats;
 use crate::memory::stream::{Event, Stream};
 use crate::memory::transfer::Direction;
 use crate::policy::allocator::PendingUse;
+pub use crate::policy::history::HostSegmentInfo;
 use crate::raw::backend::HostAllocation;
 use std::marker::PhantomData;
 

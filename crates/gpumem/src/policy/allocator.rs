@@ -275,7 +275,9 @@ impl<B: RawMemory> CachingAllocator<B> {
         });
     }
 
-    /// `record_history` with torch's options (`enabled`, `max_entries`).
+    /// `record_history` with torch's options, for the device trace (see
+    /// [`crate::HistoryOptions`]; `Device::record_memory_history_options` also checks them and
+    /// applies them to the pinned host allocator).
     pub fn record_history_options(&self, options: HistoryOptions) {
         self.lock().history.set_options(options);
     }
@@ -337,6 +339,8 @@ impl<B: RawMemory> CachingAllocator<B> {
             segments,
             trace,
             allocator_settings: st.config.clone(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         }
     }
 

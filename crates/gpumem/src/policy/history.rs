@@ -18,21 +18,104 @@ pub enum HistoryLevel {
     All,
 }
 
-/// The options of `record_memory_history`, as torch's `_record_memory_history(enabled, max_entries=...)`.
+/// Which events keep the stack of the call that caused them: torch's `context` argument
+/// (`None` keeps none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ContextLevel {
+    /// torch's `"state"`: stacks of the memory allocated now only; trace entries carry none.
+    State,
+    /// torch's `"alloc"`: also the trace's alloc entries.
+    Alloc,
+    /// torch's `"all"`: also the frees (gpumem knows no stack for a free: `Drop` has no caller).
+    All,
+}
+
+/// Which frames a stack holds: torch's `stacks` argument. gpumem's frames are Rust call sites
+/// (`#[track_caller]`), so both give the same frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stacks {
+    /// torch's `"python"`: Python, TorchScript and inductor frames.
+    Python,
+    /// torch's `"all"`: also C++ frames.
+    All,
+}
+
+/// A set of trace actions: `record_memory_history`'s `skip_actions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ActionSet(u16);
+
+impl ActionSet {
+    /// The actions named, with torch's names (`"alloc"`, `"free_requested"`, ...). torch 2.15
+    /// also accepts `"annotate"` (metadata attached to a live allocation), which gpumem never
+    /// records, so naming it skips nothing; any other name is torch's error,
+    /// `Unknown TraceEntry action: <name>` (`parseTraceEntryAction`,
+    /// c10/core/CachingDeviceAllocator.h in the 2.15.0 wheel).
+    pub fn parse(names: &[&str]) -> crate::error::Result<ActionSet> {
+        let mut set = ActionSet::default();
+        for name in names {
+            match TraceAction::from_torch_name(name) {
+                Some(action) => set = set.with(action),
+                None if *name == "annotate" => {}
+                None => {
+                    return Err(crate::error::Error::HistoryOption {
+                        message: format!("Unknown TraceEntry action: {name}"),
+                    });
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The set with `action` added.
+    pub fn with(self, action: TraceAction) -> ActionSet {
+        ActionSet(self.0 | 1 << action as u16)
+    }
+
+    /// Whether `action` is in the set.
+    pub fn contains(self, action: TraceAction) -> bool {
+        self.0 & (1 << action as u16) != 0
+    }
+}
+
+/// The options of `record_memory_history`, as torch 2.15's `_record_memory_history(enabled,
+/// context, stacks, max_entries, clear_history, skip_actions, record_pinned_host_memory,
+/// record_cuda)` (torch/cuda/memory.py in the 2.15.0 wheel; `compile_context`,
+/// `global_record_annotations` and `device` have no counterpart here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryOptions {
-    /// `None` stops recording (and, as torch, drops the trace).
+    /// `None` stops recording (and, as torch's device allocator, drops the device trace).
     pub enabled: Option<HistoryLevel>,
+    /// Which entries keep their call's stack (torch's default `"all"`).
+    pub context: Option<ContextLevel>,
+    /// Which frames (torch's default `"all"`; no difference in gpumem).
+    pub stacks: Stacks,
     /// The most trace entries kept, the oldest dropped first (torch's ring buffer); at least 1.
     pub max_entries: usize,
+    /// Empties the trace (device and host) before recording goes on.
+    pub clear_history: bool,
+    /// Actions not recorded in the device trace (torch 2.15's host trace ignores them).
+    pub skip_actions: ActionSet,
+    /// Also records the pinned host allocator: the snapshot's `host_segments` and
+    /// `host_traces`. Needs `enabled`.
+    pub record_pinned_host_memory: bool,
+    /// Records the device allocator (`false` with `record_pinned_host_memory` records only
+    /// pinned host memory and leaves the device allocator's recording as it was).
+    pub record_cuda: bool,
 }
 
 impl Default for HistoryOptions {
-    /// torch's defaults: `enabled="all"`, `max_entries=sys.maxsize`.
+    /// torch's defaults: `enabled="all"`, `context="all"`, `stacks="all"`,
+    /// `max_entries=sys.maxsize`, nothing cleared or skipped, device only.
     fn default() -> Self {
         HistoryOptions {
             enabled: Some(HistoryLevel::All),
+            context: Some(ContextLevel::All),
+            stacks: Stacks::All,
             max_entries: MAX_TRACE_ENTRIES,
+            clear_history: false,
+            skip_actions: ActionSet::default(),
+            record_pinned_host_memory: false,
+            record_cuda: true,
         }
     }
 }
@@ -42,8 +125,70 @@ impl HistoryOptions {
     pub fn off() -> Self {
         HistoryOptions {
             enabled: None,
-            max_entries: MAX_TRACE_ENTRIES,
+            ..HistoryOptions::default()
         }
+    }
+
+    /// The defaults with `enabled`, `context` and `stacks` given as torch's strings, and
+    /// `record_pinned_host_memory`, checked in torch 2.15's order with its messages (pinned
+    /// recording without `enabled` first, then `expected state to be 'state', 'all', or None`,
+    /// the context's, the stacks').
+    pub fn from_torch(
+        enabled: Option<&str>,
+        context: Option<&str>,
+        stacks: &str,
+        record_pinned_host_memory: bool,
+    ) -> crate::error::Result<HistoryOptions> {
+        let bad = |message: &str| crate::error::Error::HistoryOption {
+            message: message.to_string(),
+        };
+        HistoryOptions {
+            enabled: enabled.map(|_| HistoryLevel::All),
+            record_pinned_host_memory,
+            ..HistoryOptions::default()
+        }
+        .check()?;
+        let enabled = match enabled {
+            None => None,
+            Some("state") => Some(HistoryLevel::State),
+            Some("all") => Some(HistoryLevel::All),
+            Some(_) => return Err(bad("expected state to be 'state', 'all', or None")),
+        };
+        let context = match context {
+            None => None,
+            Some("state") => Some(ContextLevel::State),
+            Some("alloc") => Some(ContextLevel::Alloc),
+            Some("all") => Some(ContextLevel::All),
+            Some(_) => {
+                return Err(bad(
+                    "expected context to be 'state', 'alloc', 'all', or None",
+                ));
+            }
+        };
+        let stacks = match stacks {
+            "python" => Stacks::Python,
+            "all" => Stacks::All,
+            _ => return Err(bad("expected stacks to be 'python', or 'all'")),
+        };
+        Ok(HistoryOptions {
+            enabled,
+            context,
+            stacks,
+            record_pinned_host_memory,
+            ..HistoryOptions::default()
+        })
+    }
+
+    /// torch 2.15's check before anything changes: pinned recording needs recording on.
+    pub fn check(&self) -> crate::error::Result<()> {
+        if self.record_pinned_host_memory && self.enabled.is_none() {
+            return Err(crate::error::Error::HistoryOption {
+                message: "record_pinned_host_memory requires memory history recording to be \
+                          enabled"
+                    .into(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -174,6 +319,8 @@ pub struct TraceEntry {
 #[derive(Debug)]
 pub struct History {
     enabled: bool,
+    context: Option<ContextLevel>,
+    skip: ActionSet,
     max_entries: usize,
     entries: VecDeque<TraceEntry>,
     call_site: Option<&'static Location<'static>>,
@@ -183,6 +330,8 @@ impl Default for History {
     fn default() -> Self {
         History {
             enabled: false,
+            context: None,
+            skip: ActionSet::default(),
             max_entries: MAX_TRACE_ENTRIES,
             entries: VecDeque::new(),
             call_site: None,
@@ -191,17 +340,24 @@ impl Default for History {
 }
 
 impl History {
-    /// Applies `record_memory_history`'s options with torch's semantics (`recordHistory` in
-    /// c10/cuda/CUDACachingAllocator.cpp, torch 2.x): turning recording off drops the trace;
-    /// turning it on again, or on while on, keeps what is recorded and sets the bound; `"state"`
-    /// keeps one entry (torch's `max_entries = enabled == "all" ? max_entries : 1`).
+    /// Applies `record_memory_history`'s options to the device trace with torch's semantics
+    /// (`recordHistory` in c10/cuda/CUDACachingAllocator.cpp, torch 2.x): turning recording off
+    /// drops the trace, and so does `clear_history`; turning it on again, or on while on, keeps
+    /// what is recorded and sets the bound; `"state"` keeps one entry (torch's
+    /// `max_entries = enabled == "all" ? max_entries : 1`). `record_cuda: false` with recording
+    /// on leaves the device trace as it is.
     pub fn set_options(&mut self, options: HistoryOptions) {
+        if options.enabled.is_some() && !options.record_cuda {
+            return;
+        }
         self.enabled = options.enabled.is_some();
+        self.context = options.enabled.and(options.context);
+        self.skip = options.skip_actions;
         self.max_entries = match options.enabled {
             Some(HistoryLevel::All) => options.max_entries.max(1),
             Some(HistoryLevel::State) | None => 1,
         };
-        if !self.enabled {
+        if !self.enabled || options.clear_history {
             self.entries.clear();
         }
         while self.entries.len() > self.max_entries {
@@ -231,7 +387,7 @@ impl History {
         stream: StreamId,
         stats: &DeviceStats,
     ) {
-        if !self.enabled {
+        if !self.enabled || self.skip.contains(action) {
             return;
         }
         if self.entries.len() >= self.max_entries {
@@ -249,7 +405,11 @@ impl History {
                 TraceAction::Alloc
                 | TraceAction::SegmentAlloc
                 | TraceAction::SegmentMap
-                | TraceAction::Oom => self.call_site.map(Frame::at).into_iter().collect(),
+                | TraceAction::Oom
+                    if self.context >= Some(ContextLevel::Alloc) =>
+                {
+                    self.call_site.map(Frame::at).into_iter().collect()
+                }
                 _ => Vec::new(),
             },
             label: None,
@@ -259,8 +419,11 @@ impl History {
     /// Adds an annotation entry named `label` when recording (torch's `recordAnnotation`): it
     /// marks a point in the program and changes nothing; the totals are those of the moment.
     pub fn annotate(&mut self, label: &str, stats: &DeviceStats) {
+        if !self.enabled || self.skip.contains(TraceAction::Annotation) {
+            return;
+        }
         self.record(TraceAction::Annotation, 0, 0, StreamId(0), stats);
-        if let Some(e) = self.entries.back_mut().filter(|_| self.enabled) {
+        if let Some(e) = self.entries.back_mut() {
             e.label = Some(label.to_string());
         }
     }
@@ -272,7 +435,7 @@ impl History {
 }
 
 /// Microseconds since the Unix epoch (0 if the clock is before it).
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
@@ -352,6 +515,20 @@ impl SegmentInfo {
     }
 }
 
+/// One block of the pinned host allocator in a snapshot (torch 2.15's `HostSegmentInfo`: the host
+/// allocator never splits a block, so each is a segment of its own).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostSegmentInfo {
+    /// Its address.
+    pub address: u64,
+    /// Its size in bytes (a power of two).
+    pub size: u64,
+    /// Handed out now.
+    pub allocated: bool,
+    /// Handed out, or freed with copies that may still use it.
+    pub active: bool,
+}
+
 /// `torch.cuda.memory._snapshot()`: segments now, and the trace since recording began.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
@@ -364,6 +541,13 @@ pub struct Snapshot {
     /// The allocator's settings when the snapshot was taken (torch's `allocator_settings`).
     #[serde(skip)]
     pub allocator_settings: crate::policy::config::AllocatorConfig,
+    /// The pinned host allocator's blocks, when `record_pinned_host_memory` is on (torch 2.15's
+    /// `host_segments`; empty otherwise, as torch's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_segments: Vec<HostSegmentInfo>,
+    /// The pinned host allocator's trace (torch 2.15's `host_traces`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_traces: Vec<TraceEntry>,
 }
 
 impl Snapshot {

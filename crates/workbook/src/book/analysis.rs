@@ -975,5 +975,7 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
         trace: kept,
         allocator_settings: gpumem::AllocatorConfig::parse(&contents.alloc_conf)
             .unwrap_or_default(),
+        host_segments: Vec::new(),
+        host_traces: Vec::new(),
     })
 }

@@ -88,22 +88,24 @@ impl Preprocessor for WorkbookPages {
             };
             let done = match self.kind(&path) {
                 Ok(PageKind::Chapter(chapter, exercises)) => {
-                    with_cli_commands(&page.content, &chapter, &exercises).and_then(|content| {
-                        let file = self.quizzes.join(format!("{chapter}.toml"));
-                        if !file.is_file() {
-                            return Ok(content);
-                        }
-                        let quiz = Quiz::load(&file).map_err(|e| format!("{e:#}"))?;
-                        let shown = if by_mdbook_quiz {
-                            let page_dir = src.join(&path);
-                            let page_dir = page_dir.parent().unwrap_or(&src);
-                            format!("{{{{#quiz {}}}}}\n\n", relative(page_dir, &file))
-                        } else {
-                            quiz.render(&chapter)
-                                .map_err(|e| format!("{}: {e:#}", file.display()))?
-                        };
-                        Ok(with_quiz(&content, &shown))
-                    })
+                    check_answers(&page.content, &chapter, &exercises)
+                        .and_then(|()| with_cli_commands(&page.content, &chapter, &exercises))
+                        .and_then(|content| {
+                            let file = self.quizzes.join(format!("{chapter}.toml"));
+                            if !file.is_file() {
+                                return Ok(content);
+                            }
+                            let quiz = Quiz::load(&file).map_err(|e| format!("{e:#}"))?;
+                            let shown = if by_mdbook_quiz {
+                                let page_dir = src.join(&path);
+                                let page_dir = page_dir.parent().unwrap_or(&src);
+                                format!("{{{{#quiz {}}}}}\n\n", relative(page_dir, &file))
+                            } else {
+                                quiz.render(&chapter)
+                                    .map_err(|e| format!("{}: {e:#}", file.display()))?
+                            };
+                            Ok(with_quiz(&content, &shown))
+                        })
                 }
                 Ok(PageKind::Solution(chapter)) => Ok(behind_the_gate(&page.content, &chapter)),
                 Ok(PageKind::Other) => return,
@@ -185,6 +187,40 @@ fn commands_block(chapter: &str, exercise: &str, cargo_test: &str) -> String {
          Or with plain cargo: `{cargo_test}`\n\n\
          </div>\n"
     )
+}
+
+/// The value of the attribute `name` in an HTML tag's text (`name="value"`).
+fn attribute<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = tag[start..].find('"')?;
+    Some(&tag[start..start + len])
+}
+
+/// Checks every answer reveal of a chapter page (`<details class="wb-answer" data-chapter=…
+/// data-exercise=…>`, opened by the served book once that exercise passes): it names this
+/// chapter and one of its exercises.
+pub fn check_answers(
+    content: &str,
+    chapter: &str,
+    exercises: &[String],
+) -> std::result::Result<(), String> {
+    for (n, line) in content.lines().enumerate() {
+        let line = line.trim();
+        if !(line.starts_with("<details") && line.contains("wb-answer")) {
+            continue;
+        }
+        let named = attribute(line, "data-chapter");
+        let exercise = attribute(line, "data-exercise");
+        if named != Some(chapter) || !exercise.is_some_and(|e| exercises.iter().any(|x| x == e)) {
+            return Err(format!(
+                "line {}: an answer reveal needs data-chapter=\"{chapter}\" and a data-exercise \
+                 of exercises/{chapter}/chapter.toml ({}); it has {line}",
+                n + 1,
+                exercises.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `content` with every "Exercise N" section ending in its commands, and the page's own
@@ -315,6 +351,27 @@ pub fn behind_the_gate(content: &str, chapter: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_reveal_names_its_chapter_and_one_of_its_exercises() {
+        let exercises = names(&["budget", "predict"]);
+        let good =
+            "<details class=\"wb-answer\" data-chapter=\"ch10-x\" data-exercise=\"predict\">";
+        assert_eq!(check_answers(good, "ch10-x", &exercises), Ok(()));
+        let wrong = good.replace("predict\"", "predcit\"");
+        let err = check_answers(&format!("text\n{wrong}"), "ch10-x", &exercises).unwrap_err();
+        assert!(
+            err.starts_with("line 2: an answer reveal needs data-chapter=\"ch10-x\""),
+            "{err}"
+        );
+        assert!(err.contains("(budget, predict)"), "{err}");
+        let other = good.replace("ch10-x", "ch09-y");
+        assert!(check_answers(&other, "ch10-x", &exercises).is_err());
+        assert_eq!(
+            check_answers("<details>\n<summary>Hint 1</summary>", "ch10-x", &exercises),
+            Ok(())
+        );
+    }
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()

@@ -381,18 +381,10 @@ pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// A segment as the history follows it: where it starts and ends, and whether it is still
-/// reserved.
-struct TrackedSegment {
-    address: u64,
-    size: u64,
-    reserved: bool,
-}
-
 /// The history the book's interactive view (book/theme/workbook.js) steps through, as compact
 /// JSON. Host addresses differ from run to run, so none is written: a block is named by its
-/// segment (numbered in the order segments were reserved, as the segment map draws them) and
-/// its offset there.
+/// segment (numbered from 0 by `viz::SegmentNumbers`, the rule the segment map numbers them by;
+/// both show the number counted from 1) and its offset there.
 ///
 /// `trace` holds one row per event: `[action, segment, offset, size, requested, stream,
 /// allocated, reserved]`, the action named as torch's trace names it. For `alloc`,
@@ -423,26 +415,10 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
         }
     }
     let trace = &events;
-    let reserved_in_trace = |address: u64| {
-        trace.iter().any(|e| {
-            matches!(e.action, A::SegmentAlloc | A::SegmentMap)
-                && address >= e.addr
-                && address < e.addr + e.size
-        })
-    };
-    // Segments that were there before recording began: reserved at the start, numbered first.
-    let mut segments: Vec<TrackedSegment> = snapshot
-        .segments
-        .iter()
-        .filter(|s| !reserved_in_trace(s.address))
-        .map(|s| TrackedSegment {
-            address: s.address,
-            size: s.total_size,
-            reserved: true,
-        })
-        .collect();
-    let initial = segments.len();
-    let initial_sizes: Vec<u64> = segments.iter().map(|s| s.size).collect();
+    // Segments numbered by the book's one rule, as the segment map numbers them.
+    let mut numbers = crate::book::viz::SegmentNumbers::new(snapshot);
+    let initial = numbers.initial;
+    let initial_sizes: Vec<u64> = numbers.segments.iter().map(|s| s.size).collect();
     // Which blocks are live as the trace is replayed, and the blocks that were live before
     // recording began (freed in the trace without being allocated there, or live at the end
     // without an alloc in the trace): (segment, offset, size, requested, stream).
@@ -460,55 +436,7 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
         } else {
             Some(trace[i - 1].allocated)
         };
-        let (segment, offset) = match e.action {
-            A::SegmentAlloc | A::SegmentMap => {
-                // A mapped range that continues a reserved one grows it (an expandable segment).
-                let grown = (e.action == A::SegmentMap)
-                    .then(|| {
-                        segments
-                            .iter()
-                            .position(|s| s.reserved && s.address + s.size == e.addr)
-                    })
-                    .flatten();
-                match grown {
-                    Some(k) => {
-                        let offset = segments[k].size;
-                        segments[k].size += e.size;
-                        (Some(k), offset)
-                    }
-                    None => {
-                        segments.push(TrackedSegment {
-                            address: e.addr,
-                            size: e.size,
-                            reserved: true,
-                        });
-                        (Some(segments.len() - 1), 0)
-                    }
-                }
-            }
-            A::SegmentFree | A::SegmentUnmap => match containing(&segments, e.addr) {
-                Some(k) => {
-                    let offset = e.addr - segments[k].address;
-                    let s = &mut segments[k];
-                    if offset == 0 && e.size >= s.size {
-                        s.reserved = false;
-                    } else if offset == 0 {
-                        s.address += e.size;
-                        s.size -= e.size;
-                    } else {
-                        // Unmapped from the end (or the middle: what follows is not tracked).
-                        s.size = offset;
-                    }
-                    (Some(k), offset)
-                }
-                None => (None, 0),
-            },
-            A::Alloc | A::FreeRequested | A::FreeCompleted => match containing(&segments, e.addr) {
-                Some(k) => (Some(k), e.addr - segments[k].address),
-                None => (None, 0),
-            },
-            A::Oom | A::Snapshot | A::Annotation => (None, 0),
-        };
+        let (segment, offset) = numbers.apply(e);
         let (size, requested) = match e.action {
             A::Alloc => (
                 match previous {
@@ -571,9 +499,7 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
     // The segment map at the end, numbered as above.
     let mut end = Vec::new();
     for s in &snapshot.segments {
-        let number = segments
-            .iter()
-            .position(|t| t.reserved && t.address <= s.address && s.address < t.address + t.size);
+        let number = numbers.containing(s.address);
         if let Some(k) = number.filter(|k| *k < initial) {
             for b in &s.blocks {
                 let offset = b.address - s.address;
@@ -648,13 +574,6 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
     )
 }
 
-/// The reserved segment that holds `address`.
-fn containing(segments: &[TrackedSegment], address: u64) -> Option<usize> {
-    segments
-        .iter()
-        .rposition(|s| s.reserved && s.address <= address && address < s.address + s.size)
-}
-
 /// The last `lines` lines of `text`.
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
@@ -719,6 +638,8 @@ mod tests {
             segments: Vec::new(),
             trace: Vec::new(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let made = pictures_of("ch09-x", &snapshot, None);
         let files: Vec<&str> = made.iter().map(|p| p.file.as_str()).collect();
@@ -742,6 +663,8 @@ mod tests {
             segments: Vec::new(),
             trace: Vec::new(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let copy = WorkSpan {
             start: 1,
@@ -816,6 +739,8 @@ mod tests {
             segments: Vec::new(),
             trace,
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
         };
         let json: serde_json::Value = serde_json::from_str(&history_json(&snapshot)).unwrap();
         assert_eq!(
@@ -846,6 +771,8 @@ mod tests {
         let snapshot = gpumem::Snapshot {
             device: "cpu".to_string(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
             segments: vec![SegmentInfo::new(
                 base,
                 gpumem::StreamId(0),
@@ -880,6 +807,8 @@ mod tests {
         let snapshot = gpumem::Snapshot {
             device: "cpu".to_string(),
             allocator_settings: Default::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
             segments: vec![SegmentInfo::new(
                 other,
                 gpumem::StreamId(0),

@@ -146,8 +146,9 @@ struct Built {
     built: Result<Vec<runner::TestBinary>, BuildFailure>,
 }
 
-/// Lays the learner's `src/` over the official crate and builds its tests ([`target_dir`]).
-fn build(repo: &Repo, chapter: &Chapter) -> Result<Built> {
+/// Lays the learner's `src/` over the official crate and builds its tests ([`target_dir`]),
+/// showing cargo's progress when `show_progress`.
+fn build(repo: &Repo, chapter: &Chapter, show_progress: bool) -> Result<Built> {
     let name = &chapter.name;
     let src = chapter.dir.join("src");
     let work = repo.work_dir();
@@ -165,7 +166,12 @@ fn build(repo: &Repo, chapter: &Chapter) -> Result<Built> {
     let member = format!("{name}-check");
     let workspace = work.join("scratch").join(name).join("check");
     let scratch = scratch::prepare(&template, &workspace, &member, &crate_src, &src)?;
-    let built = runner::build_tests(&scratch.workspace, &scratch.package, &target_dir(repo))?;
+    let (workspace, package, target) = (&scratch.workspace, &scratch.package, &target_dir(repo));
+    let built = if show_progress {
+        runner::build_tests_showing_progress(workspace, package, target)?
+    } else {
+        runner::build_tests(workspace, package, target)?
+    };
     Ok(Built {
         scratch,
         member,
@@ -177,9 +183,10 @@ fn build(repo: &Repo, chapter: &Chapter) -> Result<Built> {
 
 /// Builds what `check` of `chapter` needs (gpumem, the dependencies, the tests with the
 /// learner's code) without running or recording anything, so that the next check only runs the
-/// tests. `workbook start` calls it. Returns whether the code compiled.
+/// tests. `workbook start` calls it, with cargo's progress shown. Returns whether the code
+/// compiled.
 pub fn prepare(repo: &Repo, chapter: &Chapter) -> Result<bool> {
-    Ok(build(repo, chapter)?.built.is_ok())
+    Ok(build(repo, chapter, true)?.built.is_ok())
 }
 
 /// Checks one chapter and records the result in the state file.
@@ -207,7 +214,7 @@ pub fn check_chapter(
         tests_source,
         tests_differ,
         built,
-    } = build(repo, chapter)?;
+    } = build(repo, chapter, false)?;
     let paths = PathMap::new(repo, chapter, &scratch.crate_dir, &member);
     let previous = StateFile::of(repo).load()?.check(name).cloned();
     let now = crate::course::progress::now();

@@ -105,7 +105,9 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
 /// Builds what the first `check` of `chapter` needs ([`check::prepare`]) and says how it went.
 fn prepare_check(repo: &Repo, chapter: &crate::course::app_state::Chapter) {
     let name = &chapter.name;
-    println!("Preparing `check {name}` (gpumem and the tests, built once)...");
+    println!(
+        "Preparing `check {name}` (gpumem and the tests, built once; cargo's progress follows)..."
+    );
     let started = std::time::Instant::now();
     match check::prepare(repo, chapter) {
         Ok(true) => println!(

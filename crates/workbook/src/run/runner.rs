@@ -103,8 +103,33 @@ pub fn build_tests_within(
     limit: Option<Duration>,
 ) -> Result<Result<Vec<TestBinary>, BuildFailure>> {
     let mut cmd = cargo();
-    cmd.args(["test", "--no-run", "--quiet", "--message-format=json"])
-        .args(["--package", package, "--test", "*"]);
+    cmd.args(["test", "--no-run", "--quiet"]);
+    built_tests(cmd, workspace, package, target_dir, limit)
+}
+
+/// [`build_tests`], with cargo's own progress on stderr as it builds (its `Compiling …` lines,
+/// and its bar in a terminal): `workbook start` prepares the first check with it, so that a
+/// first build of minutes does not pass in silence.
+pub fn build_tests_showing_progress(
+    workspace: &Path,
+    package: &str,
+    target_dir: &Path,
+) -> Result<Result<Vec<TestBinary>, BuildFailure>> {
+    let mut cmd = cargo();
+    cmd.args(["test", "--no-run"]).stderr(Stdio::inherit());
+    built_tests(cmd, workspace, package, target_dir, None)
+}
+
+/// Runs `cmd` (`cargo test --no-run` and its flags) for the integration tests of `package` and
+/// reads what it built.
+fn built_tests(
+    mut cmd: Command,
+    workspace: &Path,
+    package: &str,
+    target_dir: &Path,
+    limit: Option<Duration>,
+) -> Result<Result<Vec<TestBinary>, BuildFailure>> {
+    cmd.args(["--message-format=json", "--package", package, "--test", "*"]);
     let Some(output) = run_cargo(cmd, workspace, target_dir, limit)? else {
         return Ok(Err(timed_out(limit)));
     };

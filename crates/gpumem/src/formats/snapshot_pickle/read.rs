@@ -937,5 +937,7 @@ pub fn load_snapshot(path: &Path) -> Result<Snapshot, SnapshotPickleError> {
         segments,
         trace,
         allocator_settings,
+        host_segments: Vec::new(),
+        host_traces: Vec::new(),
     })
 }

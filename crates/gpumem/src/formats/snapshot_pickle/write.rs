@@ -93,20 +93,7 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
         .iter()
         .filter(|e| e.action != TraceAction::Annotation)
     {
-        p.begin_dict()?;
-        p.str("action")?;
-        p.str(e.action.torch_name())?;
-        let addr_key = if e.action == TraceAction::Oom {
-            "device_free"
-        } else {
-            "addr"
-        };
-        p.key_int(addr_key, e.addr.into())?;
-        p.key_int("size", e.size.into())?;
-        p.key_int("stream", e.stream.into())?;
-        p.key_int("time_us", e.time_us.into())?;
-        p.frames(&e.frames)?;
-        p.end_dict()?;
+        p.trace_entry(e)?;
     }
     p.end_list()?;
     p.end_list()?;
@@ -133,8 +120,67 @@ pub fn write_snapshot(snapshot: &Snapshot, out: &mut impl Write) -> io::Result<(
     }
     p.end_list()?;
 
+    write_host(&mut p, snapshot)?;
+
     p.end_dict()?;
     p.raw(&[STOP])
+}
+
+/// `host_segments` and `host_traces` as torch 2.15 writes them (`THCPModule_memorySnapshot` in
+/// its libtorch_python.so, read in the 2.15.0 wheel: both keys always there, empty lists unless
+/// `record_pinned_host_memory` recorded): each pinned block is a segment of device -1 with one
+/// block the whole size (`requested_size` is the size; state `active_allocated`, else
+/// `active_pending_free` while copies may use it, else `inactive`), stream 0, type `small`, pool
+/// (0, 0); the trace entries are written as the device's.
+fn write_host<W: Write>(p: &mut Pickler<'_, W>, snapshot: &Snapshot) -> io::Result<()> {
+    p.str("host_segments")?;
+    p.begin_list()?;
+    for s in &snapshot.host_segments {
+        let state = match (s.allocated, s.active) {
+            (true, _) => "active_allocated",
+            (false, true) => "active_pending_free",
+            (false, false) => "inactive",
+        };
+        p.begin_dict()?;
+        p.key_int("device", -1)?;
+        p.key_int("address", s.address.into())?;
+        p.key_int("total_size", s.size.into())?;
+        p.key_int(
+            "allocated_size",
+            if s.allocated { s.size } else { 0 }.into(),
+        )?;
+        p.key_int("active_size", if s.active { s.size } else { 0 }.into())?;
+        p.key_int("requested_size", s.size.into())?;
+        p.key_int("stream", 0)?;
+        p.str("segment_type")?;
+        p.str("small")?;
+        p.str("segment_pool_id")?;
+        p.int(0)?;
+        p.int(0)?;
+        p.raw(&[TUPLE2])?;
+        p.str("is_expandable")?;
+        p.bool(false)?;
+        p.frames(&[])?;
+        p.str("blocks")?;
+        p.begin_list()?;
+        p.begin_dict()?;
+        p.key_int("address", s.address.into())?;
+        p.key_int("size", s.size.into())?;
+        p.key_int("requested_size", s.size.into())?;
+        p.str("state")?;
+        p.str(state)?;
+        p.frames(&[])?;
+        p.end_dict()?;
+        p.end_list()?;
+        p.end_dict()?;
+    }
+    p.end_list()?;
+    p.str("host_traces")?;
+    p.begin_list()?;
+    for e in &snapshot.host_traces {
+        p.trace_entry(e)?;
+    }
+    p.end_list()
 }
 
 /// `allocator_settings` with torch's keys (`max_split_size` is -1 when unset: torch writes its
@@ -247,6 +293,39 @@ impl<W: Write> Pickler<'_, W> {
     fn float(&mut self, f: f64) -> io::Result<()> {
         self.raw(&[BINFLOAT])?;
         self.raw(&f.to_be_bytes())
+    }
+
+    /// One trace entry as torch 2.15 writes it (the trace-entry function of
+    /// `THCPModule_memorySnapshot` in the 2.15.0 wheel's libtorch_python.so): `action`, `addr`
+    /// (`device_free` for an OOM), `size`, `stream`, `time_us`, `compile_context` and
+    /// `user_metadata` (empty strings: gpumem records neither), `pool_id` ((0, 0): gpumem has no
+    /// private pools), and `frames` last, only for an entry with a stack (torch adds the key only
+    /// when the entry has a recorded context).
+    fn trace_entry(&mut self, e: &TraceEntry) -> io::Result<()> {
+        self.begin_dict()?;
+        self.str("action")?;
+        self.str(e.action.torch_name())?;
+        let addr_key = if e.action == TraceAction::Oom {
+            "device_free"
+        } else {
+            "addr"
+        };
+        self.key_int(addr_key, e.addr.into())?;
+        self.key_int("size", e.size.into())?;
+        self.key_int("stream", e.stream.into())?;
+        self.key_int("time_us", e.time_us.into())?;
+        self.str("compile_context")?;
+        self.str("")?;
+        self.str("user_metadata")?;
+        self.str("")?;
+        self.str("pool_id")?;
+        self.int(0)?;
+        self.int(0)?;
+        self.raw(&[TUPLE2])?;
+        if !e.frames.is_empty() {
+            self.frames(&e.frames)?;
+        }
+        self.end_dict()
     }
 
     /// The `frames` key and its list of `{filename, line, name}` dicts.

@@ -6,13 +6,15 @@
 //! happened at once. Blocks are numbered from 1 in the order they first appear in the record.
 
 use super::{
-    FREE, Figure, GRID, INK, LIVE, MUTED, OOM, WIDTH, document, esc, header, num, plural, size,
-    text,
+    FREE, Figure, GRID, INK, LIVE, MUTED, OOM, document, esc, header, num, plural, size, text,
 };
 use gpumem::activity::{Activity, HostAction, WorkKind, WorkSpan};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// The width of the activity pictures, in pixels: wider than the timeline's, for the lanes'
+/// names and their spans (a phone scrolls them sideways in their own box).
+const WIDTH: f64 = 750.0;
 /// Where the lanes begin: their names are written left of it.
 const LANES_LEFT: f64 = 230.0;
 const LANES_RIGHT: f64 = WIDTH - 24.0;
@@ -128,7 +130,7 @@ pub fn streams_svg(activity: &Activity) -> Option<String> {
     if activity.work.is_empty() {
         return None;
     }
-    Some(document(&[streams(activity)]))
+    Some(document(&[streams(activity)], WIDTH))
 }
 
 fn streams(activity: &Activity) -> Figure {
@@ -165,7 +167,7 @@ fn streams(activity: &Activity) -> Figure {
         legend.push((IN_USE, IN_USE, "pinned block in use"));
     }
     let mut b = String::new();
-    let top = header(&mut b, &title, &summary, &legend) + 20.0;
+    let top = header(&mut b, WIDTH, &title, &summary, &legend) + 20.0;
     let (at, domain) = span_positions(work);
     let px = |p: f64| LANES_LEFT + (LANES_RIGHT - LANES_LEFT) * p / domain;
     let lane_name = |b: &mut String, row: usize, name: &str, detail: &str| {
@@ -372,7 +374,7 @@ fn wrap(s: &str, font: f64, room: f64) -> Vec<String> {
 /// The pinned host blocks: one lane per block, in use or cached after each of the host
 /// allocator's events; the walkthrough's steps marked above.
 pub fn pinned_svg(activity: &Activity) -> String {
-    document(&[pinned(activity)])
+    document(&[pinned(activity)], WIDTH)
 }
 
 fn pinned(activity: &Activity) -> Figure {
@@ -406,7 +408,7 @@ fn pinned(activity: &Activity) -> Figure {
         ),
     ];
     let mut b = String::new();
-    let top = header(&mut b, &title, &summary, &legend) + 34.0;
+    let top = header(&mut b, WIDTH, &title, &summary, &legend) + 34.0;
     let events = host.len().max(1) as f64;
     let px = |i: f64| LANES_LEFT + (LANES_RIGHT - LANES_LEFT) * i / events;
     // The steps the program marked, at the first host event after each mark.
