@@ -129,8 +129,10 @@ def drop_test_items(code):
         code = code[: m.start()] + "\n" * code.count("\n", m.start(), end) + code[end:]
 
 
-def expand_use_tree(tree):
-    """`a::{b, c::{d as e, self}}` -> [['a','b'], ['a','c','d'], ['a','c']]."""
+def expand_use_tree(tree, aliases=None):
+    """`a::{b, c::{d as e, self}}` -> [['a','b'], ['a','c','d'], ['a','c']]; with a dict as
+    `aliases`, it also gets each path's name where it lands (`e` for `a::c::d`)."""
+    tree = re.sub(r"\s+as\s+", "@", tree)
     tree = re.sub(r"\s+", "", tree)
     paths = []
 
@@ -152,10 +154,13 @@ def expand_use_tree(tree):
                 head_parts = [p for p in head.split("::") if p]
                 walk(prefix + head_parts, rest[: rest.rindex("}")])
             else:
+                item, _, alias = item.partition("@")
                 parts = [p for p in item.split("::") if p]
                 if parts and parts[-1] == "self":
                     parts = parts[:-1]
                 paths.append(prefix + parts)
+                if aliases is not None and (alias or parts):
+                    aliases[tuple(prefix + parts)] = alias or (prefix + parts)[-1]
 
     walk([], tree)
     return paths
@@ -166,7 +171,7 @@ def use_statements(code):
     found = []
     pattern = re.compile(r"(?<![\w:])(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);")
     for m in pattern.finditer(code):
-        tree = re.sub(r"\s+as\s+\w+", "", m.group(1))  # `x as y` imports x
+        tree = m.group(1)
         found.append((code.count("\n", 0, m.start()) + 1, tree, m.group(0).startswith("pub")))
     blanked = pattern.sub(lambda m: "\n" * m.group(0).count("\n"), code)
     return found, blanked
@@ -191,10 +196,11 @@ class Crate:
             for _, tree, public in use_statements(code)[0]:
                 if not public:
                     continue
-                for path in expand_use_tree(tree):
+                names = {}
+                for path in expand_use_tree(tree, names):
                     absolute = self.absolute(mod, path)
-                    if absolute and path[-1] != "*":
-                        table[path[-1]] = absolute
+                    if absolute and path and path[-1] != "*":
+                        table[names[tuple(path)]] = absolute
             self.reexports[mod] = table
 
     def absolute(self, mod, path):
