@@ -58,9 +58,11 @@ pub struct HostEvent {
     pub size: u64,
     /// Bytes asked for (alloc and reuse; 0 for free and release).
     pub requested: u64,
-    /// Bytes in live pinned blocks after the event (`allocated_bytes`).
+    /// Bytes in live pinned blocks after the event (torch 2.15's `host_memory_stats()` key
+    /// `active_bytes`).
     pub allocated: u64,
-    /// Bytes of pinned memory held from the system after the event (`reserved_bytes`).
+    /// Bytes of pinned memory held from the system after the event, handed out or cached (torch
+    /// 2.15's `allocated_bytes`: the pool).
     pub reserved: u64,
 }
 
