@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # torch's web viewer, torch/utils/viz/MemoryViz.js, on fresh gpumem snapshots in headless Chromium
 # (conformance/check_memory_viz_web.py): every view it offers, on a snapshot from the dump_snapshot
-# example, one from replaying a committed training trace, and one whose replay ran out of memory.
+# example, the same recording pinned host memory too (host_segments, host_traces), one from
+# replaying a committed training trace, and one whose replay ran out of memory.
 #
 # torch 2.15.0's wheel ships no MemoryViz.js (its HTML imports it from cdn.jsdelivr.net, which
 # this project cannot reach), so the file comes from GPUMEM_MEMORYVIZ_JS or the cache
@@ -30,6 +31,7 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 GPUMEM_DEVICE=cpu cargo run -q -p gpumem --example dump_snapshot -- "$tmp/dump_snapshot.pickle"
+GPUMEM_DEVICE=cpu cargo run -q -p gpumem --example dump_snapshot -- --pinned "$tmp/pinned.pickle"
 cargo run -q -p workbook -- replay bench/traces/transformer-step.json --repeat 1 \
   --snapshot-out "$tmp/transformer-step.pickle" >/dev/null
 # 64 MiB of cpu device memory: event 10 runs out; the snapshot ends with its oom entry.
@@ -40,4 +42,4 @@ if cargo run -q -p workbook -- replay bench/traces/transformer-step.json --repea
 fi
 echo "MemoryViz.js: $viewer (sha256 $(sha256sum "$viewer" | cut -d' ' -f1))"
 python3 conformance/check_memory_viz_web.py "$viewer" "$d3" \
-  "$tmp/dump_snapshot.pickle" "$tmp/transformer-step.pickle" "$tmp/transformer-step-oom.pickle"
+  "$tmp/dump_snapshot.pickle" "$tmp/pinned.pickle" "$tmp/transformer-step.pickle" "$tmp/transformer-step-oom.pickle"
