@@ -463,7 +463,10 @@ fn bad_files_are_named_with_their_problem() {
         "import pickle,sys; pickle.dump({'segments': [], 'device_traces': [[]]}, \
          open(sys.argv[1],'wb'))",
     );
-    fails_with(&empty, "the snapshot has neither trace entries nor segments");
+    fails_with(
+        &empty,
+        "the snapshot has neither trace entries nor segments",
+    );
     // A million lists, each appended into the one below it.
     let n = 1_000_000;
     let mut body = vec![b']'; n];
