@@ -287,6 +287,27 @@ pub fn cpu_capacity() -> Result<usize> {
         })
 }
 
+/// Whether the cpu device's streams run work late from the start: `GPUMEM_CPU_STREAMS=late`
+/// (`at-once`, the default when unset, runs it when queued). Read once per process.
+pub fn cpu_streams_late() -> Result<bool> {
+    static LATE: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
+    LATE.get_or_init(|| match std::env::var("GPUMEM_CPU_STREAMS") {
+        Err(_) => Ok(false),
+        Ok(text) => match text.trim() {
+            "late" => Ok(true),
+            "at-once" | "" => Ok(false),
+            _ => Err(format!(
+                "{text:?} is not a stream mode; use `late` (as a GPU runs work) or `at-once`"
+            )),
+        },
+    })
+    .clone()
+    .map_err(|reason| Error::BadSetting {
+        setting: "GPUMEM_CPU_STREAMS".into(),
+        reason,
+    })
+}
+
 /// The machine's physical memory in bytes.
 pub fn physical_memory() -> usize {
     // SAFETY: sysconf only reads system configuration.

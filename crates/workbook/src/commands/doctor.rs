@@ -133,6 +133,26 @@ pub fn run() -> Health {
         }
     }
 
+    let streams = std::env::var("GPUMEM_CPU_STREAMS").ok();
+    let shown = streams
+        .as_deref()
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|| "unset".to_string());
+    match gpumem::backend_cpu::cpu_streams_late() {
+        Ok(true) => row(
+            "GPUMEM_CPU_STREAMS",
+            format!("{shown}: cpu streams run work late, as a GPU's"),
+        ),
+        Ok(false) => row(
+            "GPUMEM_CPU_STREAMS",
+            format!("{shown}: cpu streams run work when it is queued"),
+        ),
+        Err(e) => {
+            health = Health::Broken;
+            row("GPUMEM_CPU_STREAMS", format!("{shown}: MALFORMED: {e}"));
+        }
+    }
+
     match chosen {
         Ok(dev) => {
             println!("\nAllocator smoke test on {dev}");
