@@ -7,7 +7,9 @@ use crate::policy::allocator::CachingAllocator;
 use crate::policy::config::AllocatorConfig;
 use crate::policy::history::Snapshot;
 use crate::policy::stats::MemoryStats;
-use crate::raw::backend::{DeviceBackend, DeviceProperties, DevicePtr, RawMemory, ReserveError};
+use crate::raw::backend::{
+    DeviceBackend, DeviceProperties, DevicePtr, MappedPage, RawMemory, ReserveError,
+};
 use crate::raw::cpu::{CpuBackend, cpu_capacity, cpu_streams_late, physical_memory};
 use std::collections::HashMap;
 use std::fmt;
@@ -55,9 +57,9 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { (**self).map(ptr, size) }
     }
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
         // SAFETY: forwarded with the caller's guarantee.
-        unsafe { (**self).unmap(ptr, size, handle) }
+        unsafe { (**self).unmap(pages) }
     }
 }
 

@@ -19,8 +19,8 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
-    ReserveError, StreamPoint,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
+    RawStream, ReserveError, StreamPoint,
 };
 use crate::raw::cpu_streams::StreamQueues;
 use std::alloc::Layout;
@@ -459,15 +459,18 @@ impl RawMemory for CpuBackend {
         Ok(0)
     }
 
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, _handle: u64) {
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
         self.streams.run_all();
-        // SAFETY: the caller guarantees the range was mapped by `map` and is unused: its pages
-        // are dropped (the next map reads zeros) and it becomes inaccessible again.
-        unsafe {
-            libc::madvise(ptr as *mut libc::c_void, size, libc::MADV_DONTNEED);
-            libc::mprotect(ptr as *mut libc::c_void, size, libc::PROT_NONE);
+        for page in pages {
+            let (ptr, size) = (page.ptr as *mut libc::c_void, page.size);
+            // SAFETY: the caller guarantees the page was mapped by `map` and is unused: its
+            // memory is dropped (the next map reads zeros) and it becomes inaccessible again.
+            unsafe {
+                libc::madvise(ptr, size, libc::MADV_DONTNEED);
+                libc::mprotect(ptr, size, libc::PROT_NONE);
+            }
+            self.reserved.fetch_sub(size, Ordering::SeqCst);
         }
-        self.reserved.fetch_sub(size, Ordering::SeqCst);
     }
 }
 
