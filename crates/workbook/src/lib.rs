@@ -54,6 +54,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 )?;
                 Ok(ExitCode::SUCCESS)
             }
+            grade::export::ExportTarget::Student(args) => {
+                grade::student::command(cli.root.as_deref(), &args.out)?;
+                Ok(ExitCode::SUCCESS)
+            }
         },
         Command::Verify(args) => {
             let repo = Repo::from_option(cli.root.as_deref())?;
