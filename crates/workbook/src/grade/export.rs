@@ -1,4 +1,5 @@
-//! `workbook export gradescope`: the autograder package Gradescope runs.
+//! `workbook export gradescope`: the autograder package Gradescope runs (`export student`, the
+//! learners' repository, is [`super::student`]).
 //!
 //! The zip holds, at its top (Gradescope unpacks it into `/autograder/source`): `setup.sh`, which
 //! installs Rust and bubblewrap, builds `workbook` and builds the runtime and every chapter's
@@ -15,20 +16,23 @@ use clap::{Args, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// `workbook export`: the grader, packaged for a hosted autograder.
+/// `workbook export`: the student edition, or the grader packaged for a hosted autograder.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// What to package it for.
+    /// What to write.
     #[command(subcommand)]
     pub target: ExportTarget,
 }
 
-/// The autograders `workbook export` packages for.
+/// What `workbook export` writes.
 #[derive(Debug, Subcommand)]
 pub enum ExportTarget {
     /// Gradescope's zip: setup.sh (Rust, bubblewrap, the tests built once), run_autograder (grades
     /// /autograder/submission into /autograder/results/results.json), the workspace.
     Gradescope(ExportGradescopeArgs),
+    /// The repository a class receives: no solutions/, the solution pages replaced by a page
+    /// saying the solutions come from the instructor, no hidden tests.
+    Student(super::student::ExportStudentArgs),
 }
 
 /// `workbook export gradescope`.
