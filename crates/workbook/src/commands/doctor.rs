@@ -133,6 +133,22 @@ pub fn run() -> Health {
         }
     }
 
+    let limit = format_bytes(crate::run::runner::DEFAULT_MEMORY_LIMIT);
+    row(
+        "test memory limit",
+        if gpumem::cuda::is_available() {
+            format!(
+                "RLIMIT_DATA {limit} per check/grade test process (--memory-limit), the same on \
+                 cuda: `cargo test -p gpumem --test memory_limit` shows a CUDA context, cuBLAS \
+                 and NVRTC start under it here"
+            )
+        } else {
+            format!(
+                "RLIMIT_DATA {limit} per check/grade test process (--memory-limit), the cpu \
+                 device's memory included"
+            )
+        },
+    );
     let streams = std::env::var("GPUMEM_CPU_STREAMS").ok();
     let shown = streams
         .as_deref()
