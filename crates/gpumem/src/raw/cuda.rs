@@ -288,6 +288,12 @@ impl DeviceBackend for CudaBackend {
         self.call("cuMemsetD8Async", || unsafe {
             result::memset_d8_async(dst, 0, n, s)
         })?;
+        // Kept on purpose, though it makes every allocation wait for its stream (no kernel
+        // overlaps host work; a kernel fault shows at the next allocation): side streams are
+        // non-blocking, and `to_vec`, pinned copies into a fresh buffer and `Stream::alloc`'s
+        // users rely on the fill having finished. Making the fill stream-ordered needs those
+        // orders made explicit (waits or `record_stream`), checked on a GPU first; the cpu
+        // device's late streams (`GPUMEM_CPU_STREAMS=late`) run the same contract.
         self.finish(s, false)
     }
 
