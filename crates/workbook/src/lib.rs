@@ -51,6 +51,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     &args.out,
                     args.hidden_tests.as_deref(),
                     args.no_sandbox,
+                    &args.assignment,
                 )?;
                 Ok(ExitCode::SUCCESS)
             }
