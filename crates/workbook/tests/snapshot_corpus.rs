@@ -283,3 +283,17 @@ fn the_state_before_the_first_entry_is_a_peak() {
     assert_eq!(d0["peak_allocated"]["bytes"], 1u64 << 30);
     assert_eq!(d0["peak_allocated"]["event"], Value::Null);
 }
+
+#[test]
+fn replay_calls_a_state_only_snapshot_a_snapshot() {
+    for name in ["state-only", "list-form"] {
+        let (o, _, err) = workbook(&["replay", &corpus(name), "--repeat", "1"]);
+        assert!(!o.status.success());
+        assert!(
+            err.contains("a snapshot with no allocations recorded (2 segment(s)")
+                && err.contains("`workbook inspect` shows this file's state")
+                && !err.contains("not a PyTorch memory snapshot"),
+            "{name}: {err}"
+        );
+    }
+}

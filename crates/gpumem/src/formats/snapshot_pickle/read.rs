@@ -907,10 +907,13 @@ pub fn read_alloc_traces(path: &Path) -> Result<Vec<(usize, AllocTrace)>, Snapsh
         .filter(|(_, t)| !t.events.is_empty())
         .collect();
     if traces.is_empty() {
-        return Err(SnapshotPickleError::WrongSchema {
+        return Err(SnapshotPickleError::NoHistory {
             reason: format!(
-                "no alloc entries in device_traces ({} device list(s), {} entries): was \
-                 torch.cuda.memory._record_memory_history() called before the work?",
+                "a snapshot with no allocations recorded ({} segment(s); {} device list(s), {} \
+                 entries): nothing to replay. Record a history with \
+                 torch.cuda.memory._record_memory_history() before the work; `workbook inspect` \
+                 shows this file's state",
+                contents.segments.len(),
                 contents.devices,
                 contents.entries.iter().sum::<usize>()
             ),
