@@ -147,6 +147,11 @@ fn main() -> anyhow::Result<()> {
             per_token * 32768 / MIB
         );
     }
+    let window = 4096;
+    println!(
+        "  (32768 tokens: a model of Mistral's shape with full attention, Mistral-7B-v0.2; v0.1's sliding window of {window} tokens caps a cache that keeps only the window at {} MiB. OPT-13B's context is 2048 tokens.)",
+        mistral_7b().bytes_per_token() as u64 * window / MIB
+    );
 
     // The paper's setting, one layer of OPT-13B in forty: every size is the model's / 40, and the
     // allocator treats a 40 MiB region as it treats a 1600 MiB one (its own segment, rounded to
