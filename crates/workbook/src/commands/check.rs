@@ -550,10 +550,14 @@ pub fn next_after(
             format!("Stuck? A hint: {cmd} hint {name} {exercise}"),
         ];
     }
-    let mut lines = vec![
-        "Compare your code with the reference solution:".to_string(),
-        format!("  {cmd} solution {name}"),
-    ];
+    let mut lines = if repo.is_student_edition() {
+        Vec::new()
+    } else {
+        vec![
+            "Compare your code with the reference solution:".to_string(),
+            format!("  {cmd} solution {name}"),
+        ]
+    };
     match learner::first_unfinished(chapters, progress) {
         Some(next) => {
             lines.push(format!("Next chapter: \"{}\":", next.info.title));
