@@ -1,9 +1,8 @@
 //! Graded tests for chapter 7. They pass on `cpu` and on `cuda` (`GPUMEM_DEVICE=cuda`). They check
 //! data, copies and memory, never speed: speed is the benches' job.
 
-use ch07_pinned_memory::{
-    HostPrediction, download_pinned, host_scenario, pipeline, predict_host, upload_pinned,
-};
+use ch07_pinned_memory::{download_pinned, pipeline, upload_pinned};
+use ch07_predict::{HostPrediction, predict_host};
 use gpumem::ops::XorShift;
 use gpumem::testing::Prediction;
 use gpumem::{CopyCount, Device};
@@ -161,6 +160,42 @@ fn download_pinned_allocates_no_device_memory_and_returns_its_staging_block() {
 }
 
 // --- predict_host ----------------------------------------------------------------------------
+
+// ANCHOR: host_scenario
+/// The scenario to predict, as code (in the official tests, so the measurement is not yours to
+/// change). It returns what it measured, in the shape of the prediction.
+fn host_scenario(dev: &Device) -> gpumem::Result<HostPrediction> {
+    let stream = dev.stream()?;
+    let mut x = dev.alloc::<f32>(3000)?;
+    let mut a = dev.alloc_pinned::<f32>(3000)?; // 12,000 bytes
+    a.as_mut_slice().fill(1.0);
+    a.copy_to_device_async(&mut x, &stream)?;
+    let b = dev.alloc_pinned::<u8>(20_000)?;
+    stream.synchronize()?; // a's copy has finished, so a's block may be reused once a is dropped
+    drop(a);
+    drop(b);
+    let c = dev.alloc_pinned::<f32>(2500)?; // 10,000 bytes
+    let d = dev.alloc_pinned::<u8>(4096)?;
+    x.copy_from_slice(&vec![2.0; 3000])?; // from a Vec: pageable memory
+
+    let before = dev.host_memory_stats();
+    dev.empty_host_cache(); // c and d are still alive
+    let after = dev.host_memory_stats();
+    let copies = dev.transfer_stats();
+    drop((c, d));
+    Ok(HostPrediction {
+        num_host_alloc: before.num_host_alloc,
+        pinned_active_bytes: before.active_bytes.current,
+        pinned_peak_active_bytes: before.active_bytes.peak,
+        pinned_pool_bytes: before.allocated_bytes.current,
+        num_host_free: after.num_host_free,
+        pinned_pool_after_empty: after.allocated_bytes.current,
+        host_to_device_copies: copies.host_to_device.copies,
+        pinned_copies: copies.pinned.copies,
+        pinned_bytes: copies.pinned.bytes,
+    })
+}
+// ANCHOR_END: host_scenario
 
 /// The prediction and the measurement, on a device fresh from `testing::device()`.
 fn predicted_and_measured(dev: &Device) -> (HostPrediction, HostPrediction) {

@@ -1,8 +1,10 @@
 //! Graded tests for chapter 11: optimizer state, zero_grad and in-place operations.
 
 use ch11_optimizer_state::{
-    Batch, Kind, Phase, ROWS, ReluMemory, SIZES, StepMemory, Variant, forward_relu_in_place,
-    predict_state_bytes, predict_step_memory, relu_memory, train_step,
+    Batch, ReluMemory, Variant, forward_relu_in_place, optimizer, relu_memory, train_step,
+};
+use ch11_predict::{
+    Kind, Phase, ROWS, SIZES, StepMemory, predict_state_bytes, predict_step_memory,
 };
 use gpumem::Device;
 use gpumem::autograd::{Activation, Mlp, Tensor, no_grad};
@@ -40,7 +42,7 @@ fn gradient_bytes(model: &Mlp) -> u64 {
 fn measure_state(kind: Kind, sizes: &[usize]) -> anyhow::Result<u64> {
     let dev = device();
     let (model, batch) = setup(&dev, sizes)?;
-    let mut optimizer = kind.optimizer(model.parameters())?;
+    let mut optimizer = optimizer(kind, model.parameters())?;
     let loss = batch.loss(&model)?;
     loss.backward()?;
     drop(loss);
@@ -52,17 +54,27 @@ fn measure_state(kind: Kind, sizes: &[usize]) -> anyhow::Result<u64> {
 }
 
 fn check_state(kind: Kind, sizes: &[usize], want: u64) -> anyhow::Result<()> {
-    let measured = measure_state(kind, sizes)?;
-    assert_eq!(measured, want, "the allocator's numbers");
-    Prediction::new(format!(
-        "your predict_state_bytes for {kind:?} over {sizes:?}"
-    ))
-    .bytes(
-        "optimizer state",
-        predict_state_bytes(kind, sizes),
-        measured,
-    )
-    .check();
+    assert_eq!(measure_state(kind, sizes)?, want, "the allocator's numbers");
+    // The page's model, then two drawn on this run (2 to 4 layers, each at most 256 wide): a
+    // copied number passes one case at most.
+    let mut draw = gpumem::testing::Draw::from_env();
+    let mut cases = vec![sizes.to_vec()];
+    for _ in 0..2 {
+        let layers = draw.size(2, 4);
+        cases.push((0..=layers).map(|_| draw.size(1, 256)).collect());
+    }
+    for sizes in cases {
+        let predicted = predict_state_bytes(kind, &sizes);
+        let measured = measure_state(kind, &sizes)?;
+        Prediction::new(format!(
+            "your predict_state_bytes for {kind:?} over {sizes:?}"
+        ))
+        .bytes("optimizer state", predicted, measured)
+        .rule(
+            "per state entry, one f32 tensor per parameter, each its own block rounded up to 512 B",
+        )
+        .check();
+    }
     Ok(())
 }
 
@@ -92,7 +104,7 @@ fn state_prediction_for_adam_on_a_tiny_model_matches_the_allocator() -> anyhow::
 fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
     let dev = device();
     let (model, batch) = setup(&dev, &SIZES)?;
-    let mut optimizer = kind.optimizer(model.parameters())?;
+    let mut optimizer = optimizer(kind, model.parameters())?;
     let start = dev.memory_allocated();
     dev.reset_peak_memory_stats();
     let loss = batch.loss(&model)?;
@@ -121,13 +133,17 @@ fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
 }
 
 fn check_step(kind: Kind, want: StepMemory) -> anyhow::Result<()> {
+    // The prediction is made before anything runs.
+    let predicted = predict_step_memory(kind);
     let measured = measure_step(kind)?;
     assert_eq!(measured, want, "the allocator's numbers");
-    let predicted = predict_step_memory(kind);
     Prediction::new(format!("your predict_step_memory for {kind:?}"))
         .bytes("state", predicted.state, measured.state)
+        .rule("SGD keeps nothing, momentum one buffer per parameter, Adam two")
         .bytes("step_peak", predicted.step_peak, measured.step_peak)
+        .rule("the gradients, the state, and what a for-each step makes at once")
         .count("peak_phase", predicted.peak_phase, measured.peak_phase)
+        .rule("the step peaks above backward only when it makes new buffers")
         .check();
     Ok(())
 }
@@ -174,7 +190,7 @@ fn step_prediction_for_adam_matches_the_allocator() -> anyhow::Result<()> {
 fn check_train_step(kind: Kind, set_to_none: bool) -> anyhow::Result<()> {
     let dev = device();
     let (model, batch) = setup(&dev, &SIZES)?;
-    let mut optimizer = kind.optimizer(model.parameters())?;
+    let mut optimizer = optimizer(kind, model.parameters())?;
     let start = dev.memory_allocated();
     let before: Vec<f32> = model.parameters()[0].to_f32_vec()?;
     let want_loss = {
