@@ -68,9 +68,29 @@ fn block_bytes_is_what_memory_allocated_counts() -> anyhow::Result<()> {
 // ---- StatsView ----
 
 #[test]
+fn block_bytes_reads_each_block_even_when_it_is_larger_than_the_rounded_request()
+-> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    // A 12 MiB block goes back to the cache; an 11 MiB weight then takes it whole (what would
+    // be left, 1 MiB, is too little to split off a large block).
+    drop(dev.alloc::<f32>(f32s(12 * MIB))?);
+    let mlp = Mlp::new(&dev, &[(1024, 2816)])?;
+    assert_eq!(
+        block_bytes(&mlp),
+        12 * MIB + 11_264,
+        "an 11 MiB weight in a cached 12 MiB block, and a 11,264 B bias: read each buffer's \
+         block, do not compute it from the request"
+    );
+    assert_eq!(dev.memory_allocated(), block_bytes(&mlp));
+    Ok(())
+}
+
+#[test]
 fn stats_view_reads_torchs_keys() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
     let mlp = Mlp::new(&dev, &MLP_SHAPE)?;
+    // A temporary, gone before the reading: the peak is above what is allocated now.
+    drop(dev.alloc::<f32>(f32s(MIB))?);
     let view = stats_view(&dev.memory_stats());
     assert_eq!(view, observed(&dev));
     assert_eq!(view.allocated, dev.memory_allocated());

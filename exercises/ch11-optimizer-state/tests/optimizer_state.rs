@@ -309,9 +309,16 @@ fn relu_in_place_peaks_at_what_the_graph_keeps() -> anyhow::Result<()> {
 /// 1000 × 1000 f32: 4,000,000 bytes, a block of 4,000,256.
 const BLOCK: u64 = 4_000_256;
 
+/// A 16 MB peak from earlier work, gone before `relu_memory` runs: its own peak must not see it.
+fn earlier_peak(dev: &Device) -> anyhow::Result<()> {
+    drop(dev.alloc::<f32>(4_000_000)?);
+    Ok(())
+}
+
 #[test]
 fn relu_out_of_place_keeps_one_block() -> anyhow::Result<()> {
     let dev = device();
+    earlier_peak(&dev)?;
     let got = relu_memory(&dev, 1000, Variant::OutOfPlace)?;
     assert_eq!(
         got,
@@ -326,6 +333,7 @@ fn relu_out_of_place_keeps_one_block() -> anyhow::Result<()> {
 #[test]
 fn relu_then_clone_doubles_the_peak() -> anyhow::Result<()> {
     let dev = device();
+    earlier_peak(&dev)?;
     let got = relu_memory(&dev, 1000, Variant::Clone)?;
     assert_eq!(
         got,
@@ -340,6 +348,7 @@ fn relu_then_clone_doubles_the_peak() -> anyhow::Result<()> {
 #[test]
 fn relu_in_place_allocates_nothing() -> anyhow::Result<()> {
     let dev = device();
+    earlier_peak(&dev)?;
     let got = relu_memory(&dev, 1000, Variant::InPlace)?;
     assert_eq!(got, ReluMemory { kept: 0, peak: 0 });
     Ok(())
