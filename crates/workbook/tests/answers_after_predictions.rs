@@ -146,7 +146,8 @@ fn distinctive_numbers(text: &str) -> Vec<u64> {
     numbers
 }
 
-/// How `n` may be written: `140800`, `140,800` or `140_800`.
+/// How `n` bytes may be written: `140800`, `140,800`, `140_800`, `137.5 KiB`, `137.50 KiB` (and
+/// in MiB from 1 MiB on).
 fn spellings(n: u64) -> Vec<String> {
     let plain = n.to_string();
     let grouped = |sep: char| {
@@ -159,7 +160,16 @@ fn spellings(n: u64) -> Vec<String> {
         }
         out
     };
-    vec![plain.clone(), grouped(','), grouped('_')]
+    let mut all = vec![plain.clone(), grouped(','), grouped('_')];
+    let kib = n as f64 / 1024.0;
+    all.push(format!("{kib:.2} KiB"));
+    if (kib * 10.0).fract() == 0.0 {
+        all.push(format!("{kib:.1} KiB"));
+    }
+    if n >= 1 << 20 {
+        all.push(format!("{:.2} MiB", kib / 1024.0));
+    }
+    all
 }
 
 /// `page` without its reveals (`<details class="wb-answer" ...>` up to its `</details>`).
@@ -193,7 +203,11 @@ fn found_at(text: &str, n: u64) -> Vec<(usize, String)> {
                     let digit_like = |c: Option<char>| {
                         c.is_some_and(|c| c.is_ascii_digit() || c == ',' || c == '_' || c == '.')
                     };
-                    !digit_like(before) && !(digit_like(after) && !after.is_some_and(|c| c == ','))
+                    // A number followed by a comma may end a clause ("4000, then"); one followed
+                    // by a digit, `_` or `.` is a longer number.
+                    let continues =
+                        after.is_some_and(|c| c.is_ascii_digit() || c == '_' || c == '.');
+                    !digit_like(before) && (s.ends_with("iB") || !continues)
                 })
             })
         })
@@ -238,4 +252,5 @@ fn the_search_finds_grouped_numbers_and_skips_revealed_ones() {
     assert_eq!(found_at(&outside, 140_800).len(), 1);
     assert_eq!(found_at(&outside, 1536).len(), 1, "{outside}");
     assert!(found_at("11536 and 15360", 1536).is_empty());
+    assert_eq!(found_at("peak 968.5 KiB here", 991_744).len(), 1);
 }

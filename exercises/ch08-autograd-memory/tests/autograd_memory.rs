@@ -167,8 +167,13 @@ fn evaluate_returns_the_mean_loss_and_leaves_grad_mode_as_it_was() -> anyhow::Re
 fn evaluate_peaks_at_one_batch_without_a_graph() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
     let mut rng = rng();
-    let model = model(&dev, &mut rng)?;
-    let data = batches(&dev, &mut rng, 4)?;
+    // Deep enough that a graph keeps more than a forward pass holds at its busiest moment: with
+    // two hidden layers the two peaks are the same, and a missing no_grad() would go unseen.
+    let deep = [32, 128, 128, 128, 128, 4];
+    let model = Mlp::<f32>::new(&dev, &deep, Activation::Relu, &mut rng)?;
+    let data = (0..4)
+        .map(|_| Batch::random(&dev, &mut rng, 16, deep[0], deep[5]))
+        .collect::<gpumem::Result<Vec<_>>>()?;
     let start = dev.memory_allocated();
     // One batch's loss with nothing saved: the peak evaluate must not exceed.
     dev.reset_peak_memory_stats();
@@ -184,6 +189,10 @@ fn evaluate_peaks_at_one_batch_without_a_graph() -> anyhow::Result<()> {
     dev.reset_peak_memory_stats();
     evaluate(&model, &data)?;
     let peak = dev.max_memory_allocated() - start;
+    assert!(
+        with_graph > one_batch,
+        "the test's model keeps a graph worth seeing"
+    );
     assert_eq!(
         peak, one_batch,
         "evaluate's peak above the model and data: {peak} B; one batch without a graph: \

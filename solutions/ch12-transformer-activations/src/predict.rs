@@ -57,6 +57,11 @@ pub struct Plan {
 // ANCHOR: paper
 /// The paper's terms for one layer, one per saved tensor, in the order the forward pass saves
 /// them: 2-byte activations, 1-byte dropout masks. They add up to `s·b·h·(34 + 5·a·s/h)`.
+///
+/// Their names, in that order (the tests compare them): `LayerNorm 1 input`, `QKV input`, `Q`,
+/// `K`, `softmax output`, `attention dropout mask`, `attention dropout output`, `V`,
+/// `projection input`, `projection dropout mask`, `LayerNorm 2 input`, `fc1 input`,
+/// `GELU input`, `fc2 input`, `MLP dropout mask`.
 pub fn paper_terms(shape: Shape) -> Vec<Term> {
     let Shape { s, b, h, a } = shape;
     let (sbh, ass_b) = (s * b * h, a * s * s * b);
