@@ -594,9 +594,14 @@ pub fn next_after(
         "Compare your code with the reference solution:".to_string(),
         format!("  {cmd} solution {name}"),
     ];
-    match learner::first_unfinished(chapters, progress) {
-        Some(next) => {
-            lines.push(format!("Next chapter: \"{}\":", next.info.title));
+    match learner::next_unfinished(chapters, progress, name) {
+        Some((next, earlier)) => {
+            let what = if earlier {
+                "An earlier chapter is still unfinished"
+            } else {
+                "Next chapter"
+            };
+            lines.push(format!("{what}: \"{}\":", next.info.title));
             lines.push(format!("  {cmd} check {}", next.name));
         }
         None => lines.push("Every chapter passes. Well done!".to_string()),
