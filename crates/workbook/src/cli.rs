@@ -1,11 +1,11 @@
 //! The command line: every command of `workbook`, gathered here; each command's flags live beside
 //! it (`commands::check::CheckArgs`, `grade::GradeArgs`, ...).
 
-use crate::book::{BookArgs, pictures::PicturesArgs, viz::VizArgs};
+use crate::book::{BookArgs, pictures::PicturesArgs};
 use crate::commands::{
     check::CheckArgs, diff::DiffArgs, hint::HintArgs, inspect::InspectArgs, list::ListArgs,
     replay::ReplayArgs, reset::ResetArgs, solution::SolutionArgs, start::StartArgs,
-    verify::VerifyArgs, watch::WatchArgs,
+    verify::VerifyArgs, viz::VizArgs, watch::WatchArgs,
 };
 use crate::grade::{GradeArgs, export::ExportArgs};
 use clap::{Parser, Subcommand};

@@ -79,13 +79,24 @@ impl<B: RawMemory> CachingAllocator<B> {
     /// Allocates at least `size` bytes for use on `stream`. `size` 0 is an error-free empty block.
     #[track_caller]
     pub fn malloc(&self, size: usize, stream: StreamId) -> Result<Allocation> {
+        let mut guard = self.lock();
         if size as u64 >= ONE_EXA_BYTE {
-            return Err(Error::AllocationTooLarge {
+            // torch's guard, before the allocator is asked: no retry, no `oom` entry, not counted
+            // in `num_ooms`.
+            let (free, total) = self.backend.mem_get_info().unwrap_or((0, 0));
+            let allocated = guard.stats.allocated_bytes.all.current;
+            return Err(Error::OutOfMemory {
                 device: self.device.clone(),
+                alloc_size: size as u64,
                 requested: size as u64,
+                total: total as u64,
+                free: free as u64,
+                allocated,
+                reserved_unallocated: guard.stats.reserved_bytes.all.current - allocated,
+                allowed: guard.limit.map(|l| l as u64),
+                too_large: true,
             });
         }
-        let mut guard = self.lock();
         let st = &mut *guard;
         st.history
             .set_call_site(Some(std::panic::Location::caller()));
@@ -137,6 +148,7 @@ impl<B: RawMemory> CachingAllocator<B> {
                 allocated,
                 reserved_unallocated: st.stats.reserved_bytes.all.current - allocated,
                 allowed: st.limit.map(|l| l as u64),
+                too_large: false,
             });
         };
         Ok(st.alloc_found_block(id, size, rounded))

@@ -3,14 +3,14 @@
 //! A chapter has pictures when its `examples/walkthrough.rs` reads [`SNAPSHOT_VAR`]: run with it
 //! set, the walkthrough records the allocator's history from the start and writes its snapshot to
 //! that file. This command runs each such walkthrough on the `cpu` device (the same numbers on
-//! every machine), draws the snapshot with [`crate::book::viz`], and writes
+//! every machine), draws the snapshot with [`crate::snapshot::viz`], and writes
 //! `book/src/pictures/<chapter>-timeline.svg` and `<chapter>-segments.svg`, and beside them
 //! `<chapter>-history.json`, the events the book's interactive view steps through (see
 //! [`history_json`]). With `--check` it writes nothing and fails when a committed file differs
 //! from what the code makes now.
 
-use crate::book::viz;
 use crate::course::app_state::Repo;
+use crate::snapshot::viz;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -416,7 +416,7 @@ pub fn history_json(snapshot: &gpumem::Snapshot) -> String {
     }
     let trace = &events;
     // Segments numbered by the book's one rule, as the segment map numbers them.
-    let mut numbers = crate::book::viz::SegmentNumbers::new(snapshot);
+    let mut numbers = crate::snapshot::viz::SegmentNumbers::new(snapshot);
     let initial = numbers.initial;
     let initial_sizes: Vec<u64> = numbers.segments.iter().map(|s| s.size).collect();
     // Which blocks are live as the trace is replayed, and the blocks that were live before
@@ -583,7 +583,7 @@ fn tail(text: &str, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::book::viz::tests::entry;
+    use crate::snapshot::viz::tests::entry;
     use gpumem::{TraceAction, TraceEntry};
 
     fn picture(file: &str, contents: &str) -> Picture {

@@ -1,9 +1,9 @@
 //! `workbook inspect SNAPSHOT`: what a snapshot's history says about a job's memory (the reading
-//! is [`crate::book::analysis`]): the devices and settings, the peaks and when they came, at the
+//! is [`crate::snapshot::analysis`]): the devices and settings, the peaks and when they came, at the
 //! peak the largest live blocks and the allocation sites by recorded frames, the fragmentation,
 //! the out-of-memory events and the leak candidates.
 
-use crate::book::analysis::{self, DeviceReport, Limits, Range, Report};
+use crate::snapshot::analysis::{self, DeviceReport, Limits, Range, Report, range_text};
 use anyhow::Result;
 use clap::Args;
 use gpumem::format_bytes;
@@ -58,25 +58,6 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode> {
         print!("{}", text(&report));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A range in words.
-pub fn range_text(range: &Range) -> String {
-    use analysis::Point;
-    let point = |p: Option<Point>, open: &str| match p {
-        None => open.to_string(),
-        Some(Point::Event(n)) => format!("event {n}"),
-        Some(Point::Micros(n)) => format!("{n} us"),
-    };
-    if range.is_whole() {
-        "the whole history".to_string()
-    } else {
-        format!(
-            "from {} up to {}",
-            point(range.start, "the start"),
-            point(range.end, "the end")
-        )
-    }
 }
 
 /// A stack on one line, innermost first.

@@ -116,6 +116,24 @@ impl Range {
     }
 }
 
+/// A range in words.
+pub fn range_text(range: &Range) -> String {
+    let point = |p: Option<Point>, open: &str| match p {
+        None => open.to_string(),
+        Some(Point::Event(n)) => format!("event {n}"),
+        Some(Point::Micros(n)) => format!("{n} us"),
+    };
+    if range.is_whole() {
+        "the whole history".to_string()
+    } else {
+        format!(
+            "from {} up to {}",
+            point(range.start, "the start"),
+            point(range.end, "the end")
+        )
+    }
+}
+
 /// A block live in the history: its address, size, when it was allocated and where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Live {
