@@ -38,9 +38,11 @@ pub fn device() -> TestDevice {
     }
 }
 
-/// Brings a device back to a clean state: settings as at start-up, no cache, counters zero.
+/// Brings a device back to a clean state: settings as at start-up (cpu streams run work at once),
+/// no cache, counters zero.
 pub fn reset(device: &Device) {
     let _ = device.synchronize();
+    device.set_late_streams(false);
     device.clear_per_process_memory_fraction();
     device.set_allocator_config(AllocatorConfig::from_env().unwrap_or_default());
     let _ = device.record_memory_history_options(crate::policy::history::HistoryOptions {

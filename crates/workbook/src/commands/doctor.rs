@@ -55,6 +55,13 @@ pub fn run() -> Health {
         }
     }
     describe_nvrtc();
+    row(
+        "auto picks",
+        match gpumem::cuda::auto_cpu_reason() {
+            None => "cuda:0 (the driver, cuBLAS and NVRTC load)".to_string(),
+            Some(reason) => format!("cpu: {reason}"),
+        },
+    );
 
     println!("\nDevices");
     let mut devices = vec![Ok(Device::cpu())];
