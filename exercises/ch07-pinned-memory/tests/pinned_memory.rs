@@ -30,6 +30,14 @@ fn fresh_seed() -> u64 {
     seed
 }
 
+/// The test device with streams that run their work late, as a GPU's do (on cpu; a GPU's always
+/// do): a missing `synchronize` or wait leaves memory as it was, so the test sees it.
+fn late_device() -> gpumem::testing::TestDevice {
+    let dev = gpumem::testing::device();
+    dev.set_late_streams(true);
+    dev
+}
+
 /// Device blocks handed out and not yet dropped.
 fn live_blocks(dev: &Device) -> u64 {
     dev.memory_stats()
@@ -41,7 +49,7 @@ fn live_blocks(dev: &Device) -> u64 {
 
 #[test]
 fn upload_pinned_delivers_the_data_in_one_pinned_copy() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let data = batch_data(fresh_seed(), 0, 3000);
     let buf = upload_pinned(&dev, &stream, &data).expect("upload_pinned");
@@ -65,7 +73,7 @@ fn upload_pinned_delivers_the_data_in_one_pinned_copy() {
 
 #[test]
 fn upload_pinned_stages_through_one_cached_pinned_block() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let buf = upload_pinned(&dev, &stream, &vec![0.25; 3000]).expect("upload_pinned");
     let h = dev.host_memory_stats();
@@ -95,7 +103,7 @@ fn upload_pinned_stages_through_one_cached_pinned_block() {
 
 #[test]
 fn upload_pinned_reuses_the_cached_staging_block() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let first = upload_pinned(&dev, &stream, &vec![1.0; 3000]).expect("first upload");
     let second = upload_pinned(&dev, &stream, &vec![2.0; 3000]).expect("second upload");
@@ -115,7 +123,7 @@ fn upload_pinned_reuses_the_cached_staging_block() {
 
 #[test]
 fn download_pinned_returns_the_data_in_one_pinned_copy() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let data = batch_data(fresh_seed(), 0, 5000);
     let buf = dev.from_slice(&data).expect("from_slice");
@@ -134,8 +142,36 @@ fn download_pinned_returns_the_data_in_one_pinned_copy() {
 }
 
 #[test]
+fn download_pinned_queues_behind_the_work_already_on_its_stream() {
+    let dev = late_device();
+    let stream = dev.stream().expect("stream");
+    let data = batch_data(fresh_seed(), 1, 5000);
+    let mut buf = dev.alloc::<f32>(5000).expect("zeros");
+    // The zeros are written on the default stream: done before the upload is queued.
+    dev.synchronize().expect("synchronize");
+    // An upload queued on `stream` and not waited for: a download on the same stream comes after
+    // it; one on another stream (or none) reads the zeros still there.
+    let mut pinned = dev.alloc_pinned::<f32>(5000).expect("pinned");
+    pinned.as_mut_slice().copy_from_slice(&data);
+    pinned
+        .copy_to_device_async(&mut buf, &stream)
+        .expect("queued upload");
+    let back = download_pinned(&buf, &stream).expect("download_pinned");
+    assert!(
+        back == data,
+        "download_pinned must copy on the stream it is given, behind the upload queued there; \
+         yours read {} (the buffer before the upload ran: zeros)",
+        if back.iter().all(|&x| x == 0.0) {
+            "zeros"
+        } else {
+            "other values"
+        }
+    );
+}
+
+#[test]
 fn download_pinned_allocates_no_device_memory_and_returns_its_staging_block() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let buf = dev.from_slice(&vec![0.5f32; 5000]).expect("from_slice");
     let allocated = dev.memory_allocated();
@@ -261,7 +297,7 @@ fn host_prediction_matches_the_copy_counters() {
 
 #[test]
 fn pipeline_delivers_every_batch_intact_and_in_order() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let seed = fresh_seed();
     let (batches, len) = (8, 4099);
     let mut consumed = Vec::new();
@@ -295,7 +331,7 @@ fn pipeline_delivers_every_batch_intact_and_in_order() {
 
 #[test]
 fn pipeline_fills_the_next_batch_before_handing_over_the_current_one() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let log = RefCell::new(Vec::new());
     pipeline(
         &dev,
@@ -328,7 +364,7 @@ fn pipeline_fills_the_next_batch_before_handing_over_the_current_one() {
 
 #[test]
 fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let ignore = |_: usize, _: gpumem::Buffer<f32>| Ok(());
     pipeline(&dev, 9, 3000, |i, s| s.fill(i as f32), ignore).expect("first pipeline");
     let h = dev.host_memory_stats();
@@ -358,7 +394,7 @@ fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
 
 #[test]
 fn pipeline_makes_one_pinned_copy_per_batch() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     pipeline(&dev, 6, 1000, |i, s| s.fill(i as f32), |_, _| Ok(())).expect("pipeline");
     let t = dev.transfer_stats();
     assert_eq!(t.host_to_device, copied(6, 24_000), "one copy per batch");
@@ -369,7 +405,7 @@ fn pipeline_makes_one_pinned_copy_per_batch() {
 
 #[test]
 fn pipeline_keeps_at_most_two_batches_on_the_device_and_leaks_nothing() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     // Memory that exists before and after, so "back to the start" is not simply zero.
     let _keep = dev.alloc::<f32>(1000).expect("device buffer");
     let _keep_pinned = dev.alloc_pinned::<f32>(100).expect("pinned buffer");
@@ -404,7 +440,7 @@ fn pipeline_keeps_at_most_two_batches_on_the_device_and_leaks_nothing() {
 
 #[test]
 fn pipeline_stops_at_the_first_consumer_error_and_leaks_nothing() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let mut consumed = Vec::new();
     let result = pipeline(
         &dev,
@@ -438,7 +474,7 @@ fn pipeline_stops_at_the_first_consumer_error_and_leaks_nothing() {
 
 #[test]
 fn pipeline_of_no_batches_does_nothing() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let calls = RefCell::new(0);
     pipeline(
         &dev,
