@@ -60,8 +60,9 @@ for wanted in "${chapters[@]}"; do
   out="$root/target/mutants/$label/$chapter"
   mkdir -p "$out"
   # Mutate the learner's files only (src/), test with the chapter's own tests.
-  (cd "$work" && cargo mutants --package "$chapter" --dir "$work" \
-      --examine-re "exercises/$chapter/src/" --timeout "$timeout" \
+  # In place: $work is a throwaway copy, and the build folder above is shared between runs.
+  (cd "$work" && cargo mutants --in-place --package "$chapter" --dir "$work" \
+      --file "exercises/$chapter/src/*.rs" --timeout "$timeout" \
       --output "$out" --no-shuffle -j 1 >"$out/log.txt" 2>&1) || true
   count() { [ -f "$out/mutants.out/$1.txt" ] && grep -c . "$out/mutants.out/$1.txt" || echo 0; }
   caught=$(count caught); missed=$(count missed); timedout=$(count timeout); unviable=$(count unviable)
