@@ -11,7 +11,7 @@
 //! `_` when you use one.
 
 pub use ch08_predict::{ForwardMemory, PREDICT_SIZES};
-use gpumem::autograd::{Activation, Mlp, Tensor, mse_loss};
+use gpumem::autograd::{Mlp, Tensor, mse_loss};
 use gpumem::ops::XorShift;
 use gpumem::{Device, Result};
 

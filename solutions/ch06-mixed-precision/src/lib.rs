@@ -4,7 +4,7 @@
 //! for f16, whose range is too small for small gradients; and what mixed precision really saves.
 //! Edit the items marked `TODO`.
 
-use gpumem::ops::{self, DType, Float, Mlp, MlpGrads};
+use gpumem::ops::{self, Float, Mlp, MlpGrads};
 use gpumem::{Buffer, Device, Result};
 
 // ANCHOR: round_trip

@@ -3,7 +3,7 @@
 //! Reference solution.
 
 pub use ch08_predict::{ForwardMemory, PREDICT_SIZES};
-use gpumem::autograd::{self, Activation, Mlp, Tensor, mse_loss};
+use gpumem::autograd::{self, Mlp, Tensor, mse_loss};
 use gpumem::ops::XorShift;
 use gpumem::{Device, Result};
 

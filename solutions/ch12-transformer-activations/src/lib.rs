@@ -17,7 +17,7 @@
 pub use ch12_predict::{Backend, Plan, Shape, Term, paper_terms, predict_saved};
 use gpumem::autograd::{
     Attention, AttentionBackend, GptLayer, LAYER_NORM_EPS, LayerNormStats, LayerPlan, Tensor,
-    checkpoint, linear, lse_len, sdpa,
+    checkpoint, linear, sdpa,
 };
 use gpumem::ops::XorShift;
 use gpumem::{Device, Result, bf16};

@@ -6,7 +6,7 @@
 //! goes, and preempt instead of running out of memory.
 
 use gpumem::serving::{Scheme, StepView};
-use gpumem::{AllocatorConfig, Buffer, Device, Result};
+use gpumem::{Buffer, Device, Result};
 use std::collections::VecDeque;
 
 pub use ch13_predict::{Fit, predict_fit};
