@@ -370,7 +370,8 @@ impl PathMap {
     }
 
     fn rewrite(&self, text: &str) -> String {
-        let mut text = text.to_string();
+        // The predictions' crate names its source through `predict/../src/predict.rs`.
+        let mut text = text.replace("/predict/../src/", "/src/");
         for (from, to) in &self.pairs {
             text = text.replace(from.as_str(), to);
         }
