@@ -68,7 +68,7 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
         (
             "ch04-memory-stats",
             vec![
-                show(&ch04::predict_mlp()),
+                show(&ch04::predict_mlp(&[(1024, 1024), (1024, 10)])),
                 show(&ch04::predict_fragmented()),
             ],
         ),

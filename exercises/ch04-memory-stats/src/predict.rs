@@ -29,9 +29,13 @@ pub struct StatsView {
 // ANCHOR_END: stats_struct
 
 // ANCHOR: predict
-/// Your prediction of `memory_stats()` once `Mlp::new(dev, &MLP_SHAPE)` (`[(1024, 1024), (1024, 10)]`: two `Linear` layers, each an `f32` weight of `inputs * outputs` and a bias of `outputs`) is alive on an empty device.
-pub fn predict_mlp() -> StatsView {
-    // TODO: write the seven numbers you expect before you run the tests (use MIB).
+/// Your prediction of `memory_stats()` once `Mlp::new(dev, shape)` is alive on an empty device:
+/// per layer `(inputs, outputs)`, an `f32` weight of `inputs * outputs` then a bias of `outputs`.
+/// The tests try the page's `MLP_SHAPE`, `[(1024, 1024), (1024, 10)]`, and two-layer shapes drawn
+/// on every run whose first weight is over 1 MiB and under 10 MiB and whose other parameters fit
+/// in one small segment together.
+pub fn predict_mlp(_shape: &[(usize, usize)]) -> StatsView {
+    // TODO: write the rules that give the seven numbers for such a shape (use MIB).
     todo!("predict the MLP's stats")
 }
 

@@ -29,20 +29,31 @@ pub struct StatsView {
 // ANCHOR_END: stats_struct
 
 // ANCHOR: predict
-/// Your prediction of `memory_stats()` once `Mlp::new(dev, &MLP_SHAPE)` (`[(1024, 1024), (1024, 10)]`: two `Linear` layers, each an `f32` weight of `inputs * outputs` and a bias of `outputs`) is alive on an empty device.
-pub fn predict_mlp() -> StatsView {
-    // Blocks: 4 MiB weight (large pool), 4096 B bias, 40_960 B weight, 40 B bias -> 512 B.
-    let blocks = 4 * MIB + 4096 + 40_960 + 512;
+/// Your prediction of `memory_stats()` once `Mlp::new(dev, shape)` is alive on an empty device:
+/// per layer `(inputs, outputs)`, an `f32` weight of `inputs * outputs` then a bias of `outputs`.
+/// The tests try the page's `MLP_SHAPE`, `[(1024, 1024), (1024, 10)]`, and two-layer shapes drawn
+/// on every run whose first weight is over 1 MiB and under 10 MiB and whose other parameters fit
+/// in one small segment together.
+pub fn predict_mlp(shape: &[(usize, usize)]) -> StatsView {
+    // Every block is its request rounded up to 512 bytes.
+    let block = |bytes: u64| bytes.max(1).div_ceil(512) * 512;
+    let requests: Vec<u64> = shape
+        .iter()
+        .flat_map(|&(inputs, outputs)| [(inputs * outputs * 4) as u64, (outputs * 4) as u64])
+        .collect();
+    // The first weight (over 1 MiB) is cut from a 20 MiB large-pool segment; the rest (at most
+    // 1 MiB each) share one 2 MiB small-pool segment.
+    let large = block(requests[0]);
+    let small: u64 = requests[1..].iter().map(|&r| block(r)).sum();
     StatsView {
-        allocated: blocks,
-        requested: 4 * MIB + 4096 + 40_960 + 40,
-        // The 4 MiB weight is carved from a 20 MiB segment; the three small ones share 2 MiB.
+        allocated: large + small,
+        requested: requests.iter().sum(),
         reserved: 20 * MIB + 2 * MIB,
-        peak_allocated: blocks,
+        peak_allocated: large + small,
         small_segments: 1,
         large_segments: 1,
         // The rest of both segments is split off and free, but pinned by its live neighbours.
-        inactive_split_bytes: (20 * MIB - 4 * MIB) + (2 * MIB - (4096 + 40_960 + 512)),
+        inactive_split_bytes: (20 * MIB - large) + (2 * MIB - small),
     }
 }
 
