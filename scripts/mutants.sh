@@ -63,7 +63,7 @@ for wanted in "${chapters[@]}"; do
   # In place: $work is a throwaway copy, and the build folder above is shared between runs.
   (cd "$work" && cargo mutants --in-place --package "$chapter" --dir "$work" \
       --file "exercises/$chapter/src/*.rs" --timeout "$timeout" \
-      --output "$out" --no-shuffle -j 1 >"$out/log.txt" 2>&1) || true
+      --output "$out" --no-shuffle >"$out/log.txt" 2>&1) || true
   count() { [ -f "$out/mutants.out/$1.txt" ] && grep -c . "$out/mutants.out/$1.txt" || echo 0; }
   caught=$(count caught); missed=$(count missed); timedout=$(count timeout); unviable=$(count unviable)
   tested=$((caught + missed + timedout))
