@@ -14,8 +14,8 @@
 //! Parameters start with `_` only so that the unsolved crate builds without warnings: remove the
 //! `_` when you use one.
 
-#[allow(unused_imports)] // what the exercises need; the stubs do not use it yet
 pub use ch12_predict::{Backend, Plan, Shape, Term, paper_terms, predict_saved};
+#[allow(unused_imports)] // what the exercises need; the stubs do not use it yet
 use gpumem::autograd::{
     Attention, AttentionBackend, GptLayer, LAYER_NORM_EPS, LayerNormStats, LayerPlan, Tensor,
     checkpoint, linear, sdpa,

@@ -1300,7 +1300,13 @@ mod tests {
             message.starts_with("the model's blocks are still live; yours: [0, 0, "),
             "{message}"
         );
-        assert!(message.ends_with("…; expected: []"), "{message}");
+        assert!(
+            message.ends_with(
+                "…; expected: []; first difference at element 0: yours 0, expected nothing (the \
+                 list ends); lengths: yours 200, expected 0"
+            ),
+            "{message}"
+        );
         let out = "thread 't' panicked at tests/a.rs:3:5:\nassertion `left != right` failed: \
                    a copy\n  left: 1\n right: 1\n";
         assert_eq!(
