@@ -82,7 +82,8 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
 }
 
 /// The environment variable that fixes the sizes a test draws ([`Draw::from_env`]): a `u64`.
-pub const SEED_VAR: &str = "GPUMEM_TEST_SEED";
+/// (Branch `seeds` defines the same constant for every randomized test: keep one when merging.)
+pub const TEST_SEED: &str = "GPUMEM_TEST_SEED";
 
 /// The environment variable in which `workbook check` names the tests that failed at the
 /// learner's previous check (comma-separated): a [`Prediction`] shows the measured values only
@@ -104,9 +105,9 @@ impl Draw {
     /// # Panics
     /// When `GPUMEM_TEST_SEED` is set but is not a `u64`.
     pub fn from_env() -> Draw {
-        let seed = match std::env::var(SEED_VAR) {
+        let seed = match std::env::var(TEST_SEED) {
             Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|_| {
-                panic!("{SEED_VAR}={text:?} is not a seed: give a whole number from 0 to 2^64-1")
+                panic!("{TEST_SEED}={text:?} is not a seed: give a whole number from 0 to 2^64-1")
             }),
             Err(_) => {
                 use std::hash::{BuildHasher, Hasher};
@@ -120,7 +121,7 @@ impl Draw {
                 hasher.finish()
             }
         };
-        println!("seed {seed}");
+        println!("seed {seed} (rerun with {TEST_SEED}={seed})");
         Draw::new(seed)
     }
 
