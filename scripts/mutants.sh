@@ -60,11 +60,20 @@ for wanted in "${chapters[@]}"; do
   out="$root/target/mutants/$label/$chapter"
   mkdir -p "$out"
   # Mutate the learner's files only (src/), test with the chapter's own tests.
+  # The predictions' crate (src/predict.rs, since issue 40) is mutated too, and tested by the
+  # chapter's tests.
+  packages=(--package "$chapter")
+  if [ -f "$work/exercises/$chapter/predict/Cargo.toml" ]; then
+    predict=$(sed -n 's/^name = "\(.*\)"/\1/p' "$work/exercises/$chapter/predict/Cargo.toml" | head -n1)
+    packages+=(--package "$predict")
+  fi
   # In place: $work is a throwaway copy, and the build folder above is shared between runs.
-  (cd "$work" && cargo mutants --in-place --package "$chapter" --dir "$work" \
-      --file "exercises/$chapter/src/*.rs" --timeout "$timeout" \
+  (cd "$work" && cargo mutants --in-place "${packages[@]}" --test-package "$chapter" \
+      --dir "$work" --file "exercises/$chapter/src/*.rs" --timeout "$timeout" \
       --output "$out" --no-shuffle >"$out/log.txt" 2>&1) || true
-  count() { [ -f "$out/mutants.out/$1.txt" ] && grep -c . "$out/mutants.out/$1.txt" || echo 0; }
+  count() {
+    if [ -f "$out/mutants.out/$1.txt" ]; then wc -l <"$out/mutants.out/$1.txt" | tr -d ' '; else echo 0; fi
+  }
   caught=$(count caught); missed=$(count missed); timedout=$(count timeout); unviable=$(count unviable)
   tested=$((caught + missed + timedout))
   score=$( [ "$tested" -gt 0 ] && echo "$((100 * caught / tested))%" || echo "-")
