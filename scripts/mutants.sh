@@ -69,7 +69,8 @@ for wanted in "${chapters[@]}"; do
   fi
   # In place: $work is a throwaway copy, and the build folder above is shared between runs.
   (cd "$work" && cargo mutants --in-place "${packages[@]}" --test-package "$chapter" \
-      --dir "$work" --file "exercises/$chapter/src/*.rs" --timeout "$timeout" \
+      --dir "$work" --file "exercises/$chapter/src/*.rs" \
+      --file "exercises/$chapter/predict/../src/*.rs" --timeout "$timeout" \
       --output "$out" --no-shuffle >"$out/log.txt" 2>&1) || true
   count() {
     if [ -f "$out/mutants.out/$1.txt" ]; then wc -l <"$out/mutants.out/$1.txt" | tr -d ' '; else echo 0; fi
