@@ -1,9 +1,184 @@
-//! Test support: exclusive use of the device under test, with clean statistics, and the norm-wise
-//! comparison the numerics tests use.
+//! Test support: exclusive use of the device under test, with clean statistics, the seeds of the
+//! randomized tests, and the norm-wise comparison the numerics tests use.
+//!
+//! # Seeds
+//!
+//! Every randomized test draws its data from [`rng`], which prints the test's seed:
+//! `seed 272 (rerun with GPUMEM_TEST_SEED=272)`. Without settings the seed is fresh each run.
+//!
+//! - `GPUMEM_TEST_SEED=<u64>` ([`TEST_SEED`]) gives every randomized test that seed: set it to
+//!   replay a failure (`GPUMEM_TEST_SEED=272 cargo test -p ch06-mixed-precision`). `workbook check`
+//!   and `workbook grade` pass it to the tests they run and name a failed test's seed in its
+//!   feedback.
+//! - `GPUMEM_TEST_SEEDS=<first>..<end>` ([`TEST_SEEDS`]) runs the body of every randomized test
+//!   once per seed of that range, inside one process, and stops at the first seed that fails,
+//!   naming it. This is the seed sweep (`scripts/sweep-seeds.sh`). A randomized test takes part by
+//!   wrapping its body in [`seeded`]; [`rng`] called outside [`seeded`] under `GPUMEM_TEST_SEEDS`
+//!   fails the test, so that no randomized test is left out of a sweep unnoticed.
+//!
+//! A test has one seed; the first generator [`rng`] makes in it is `XorShift::new(seed)`, and each
+//! further one starts from a seed derived from it, so one seed replays the whole test.
 
 use crate::memory::device::Device;
+use crate::ops::XorShift;
 use crate::policy::config::AllocatorConfig;
+use std::cell::Cell;
+use std::ops::Range;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Mutex, MutexGuard};
+
+/// The variable that gives every randomized test one seed: `GPUMEM_TEST_SEED=<u64>`.
+pub const TEST_SEED: &str = "GPUMEM_TEST_SEED";
+/// The variable that runs every randomized test once per seed of a range, in one process:
+/// `GPUMEM_TEST_SEEDS=<first>..<end>` (`end` excluded).
+pub const TEST_SEEDS: &str = "GPUMEM_TEST_SEEDS";
+
+thread_local! {
+    /// The seed of the test running on this thread, and how many generators [`rng`] has made from
+    /// it. Cargo runs each test on a thread of its own.
+    static CURRENT: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+/// The generator of a randomized test: its first is `XorShift::new(seed)`, each further one starts
+/// from a seed derived from the test's, so that one seed replays the whole test. The seed is
+/// `GPUMEM_TEST_SEED`, the current one of a [`seeded`] loop, or fresh; it is printed on the test's
+/// first call (see the module's docs).
+///
+/// # Panics
+/// When `GPUMEM_TEST_SEED` is not a u64, or under `GPUMEM_TEST_SEEDS` outside [`seeded`].
+pub fn rng() -> XorShift {
+    let (seed, made) = CURRENT.get().unwrap_or_else(|| {
+        if std::env::var_os(TEST_SEEDS).is_some() {
+            panic!(
+                "{TEST_SEEDS} is set, but this randomized test does not loop over it: wrap its \
+                 body in gpumem::testing::seeded(|| ...)"
+            );
+        }
+        let seed = one_seed();
+        announce(seed);
+        (seed, 0)
+    });
+    CURRENT.set(Some((seed, made + 1)));
+    XorShift::new(seed.wrapping_add(made.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+}
+
+/// Runs a randomized test's body: once, with the seed [`rng`] would choose (printed first), or,
+/// under `GPUMEM_TEST_SEEDS`, once per seed of the range until one fails, printing that seed.
+/// The body's [`rng`] calls draw from the seed of the run. Returns what the last run returned.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// gpumem::testing::seeded(|| {
+///     let x = gpumem::testing::rng().uniform(0.0, 1.0);
+///     anyhow::ensure!((0.0..1.0).contains(&x), "{x} is out of range");
+///     Ok(())
+/// })
+/// # }
+/// ```
+///
+/// # Panics
+/// When a seed variable is malformed, and where the body panics (the seed printed first).
+pub fn seeded<R: Outcome>(body: impl FnMut() -> R) -> R {
+    run_seeds(seed_range(), body)
+}
+
+/// [`seeded`] over `seeds` (`None`: one seed, as [`rng`] chooses it).
+fn run_seeds<R: Outcome>(seeds: Option<Range<u64>>, mut body: impl FnMut() -> R) -> R {
+    let Some(seeds) = seeds else {
+        let seed = one_seed();
+        announce(seed);
+        return run_at(seed, &mut body);
+    };
+    let mut last = None;
+    for seed in seeds.clone() {
+        let outcome = match catch_unwind(AssertUnwindSafe(|| run_at(seed, &mut body))) {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                failed_at(seed);
+                resume_unwind(panic)
+            }
+        };
+        if outcome.failed() {
+            failed_at(seed);
+            return outcome;
+        }
+        last = Some(outcome);
+    }
+    println!("seeds {}..{}: all passed", seeds.start, seeds.end);
+    last.expect("a seed range is never empty")
+}
+
+/// What a test body returns: `()` (it fails by panicking) or a `Result` (it fails by `Err` too).
+pub trait Outcome {
+    /// Whether the body failed without panicking.
+    fn failed(&self) -> bool;
+}
+
+impl Outcome for () {
+    fn failed(&self) -> bool {
+        false
+    }
+}
+
+impl<E> Outcome for Result<(), E> {
+    fn failed(&self) -> bool {
+        self.is_err()
+    }
+}
+
+/// Runs `body` with `seed` as the thread's test seed, and forgets the seed afterwards.
+fn run_at<R>(seed: u64, body: &mut impl FnMut() -> R) -> R {
+    struct Forget;
+    impl Drop for Forget {
+        fn drop(&mut self) {
+            CURRENT.set(None);
+        }
+    }
+    let _forget = Forget;
+    CURRENT.set(Some((seed, 0)));
+    body()
+}
+
+fn announce(seed: u64) {
+    println!("seed {seed} (rerun with {TEST_SEED}={seed})");
+}
+
+fn failed_at(seed: u64) {
+    println!("seed {seed} failed (rerun with {TEST_SEED}={seed})");
+}
+
+/// `GPUMEM_TEST_SEED`, else a fresh seed.
+fn one_seed() -> u64 {
+    match std::env::var(TEST_SEED) {
+        Ok(text) => parse_seed(&text).unwrap_or_else(|| {
+            panic!("{TEST_SEED}={text:?} is not a seed: give a u64 such as 272")
+        }),
+        Err(_) => XorShift::fresh().seed(),
+    }
+}
+
+fn parse_seed(text: &str) -> Option<u64> {
+    text.trim().parse().ok()
+}
+
+/// `GPUMEM_TEST_SEEDS`'s range, if it is set.
+fn seed_range() -> Option<Range<u64>> {
+    let text = std::env::var(TEST_SEEDS).ok()?;
+    if std::env::var_os(TEST_SEED).is_some() {
+        panic!("{TEST_SEED} and {TEST_SEEDS} are both set: set one (a seed, or a range to sweep)");
+    }
+    let range = parse_seed_range(&text).unwrap_or_else(|| {
+        panic!("{TEST_SEEDS}={text:?} is not a range of seeds: write it as 0..2000 (end excluded)")
+    });
+    Some(range)
+}
+
+/// `first..end` with `first < end`.
+fn parse_seed_range(text: &str) -> Option<Range<u64>> {
+    let (first, end) = text.trim().split_once("..")?;
+    let (first, end) = (parse_seed(first)?, parse_seed(end)?);
+    (first < end).then_some(first..end)
+}
 
 /// The device a test runs on, held exclusively by that test until dropped.
 ///
@@ -38,11 +213,11 @@ pub fn device() -> TestDevice {
     }
 }
 
-/// Brings a device back to a clean state: settings as at start-up (cpu streams run work at once),
-/// no cache, counters zero.
+/// Brings a device back to a clean state: settings as at start-up (cpu streams as
+/// `GPUMEM_CPU_STREAMS` says), no cache, counters zero.
 pub fn reset(device: &Device) {
     let _ = device.synchronize();
-    device.set_late_streams(false);
+    device.set_late_streams(crate::raw::cpu::cpu_streams_late().unwrap_or(false));
     device.clear_per_process_memory_fraction();
     device.set_allocator_config(AllocatorConfig::from_env().unwrap_or_default());
     let _ = device.record_memory_history_options(crate::policy::history::HistoryOptions {
@@ -81,10 +256,6 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
     );
 }
 
-/// The environment variable that fixes the sizes a test draws ([`Draw::from_env`]): a `u64`.
-/// (Branch `seeds` defines the same constant for every randomized test: keep one when merging.)
-pub const TEST_SEED: &str = "GPUMEM_TEST_SEED";
-
 /// The environment variable in which `workbook check` names the tests that failed at the
 /// learner's previous check (comma-separated): a [`Prediction`] shows the measured values only
 /// to a learner who has tried once already.
@@ -99,29 +270,21 @@ pub struct Draw {
 }
 
 impl Draw {
-    /// The generator of this run: seeded from `GPUMEM_TEST_SEED` when it is set, else at random.
-    /// Prints `seed N` so that a failure can be run again with the same sizes.
+    /// The sizes of this test: drawn from the seed of a [`seeded`] loop, else from
+    /// `GPUMEM_TEST_SEED` ([`TEST_SEED`]), else from a fresh seed, printed as [`rng`] prints it so
+    /// that a failure can be run again with the same sizes.
     ///
     /// # Panics
     /// When `GPUMEM_TEST_SEED` is set but is not a `u64`.
     pub fn from_env() -> Draw {
-        let seed = match std::env::var(TEST_SEED) {
-            Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|_| {
-                panic!("{TEST_SEED}={text:?} is not a seed: give a whole number from 0 to 2^64-1")
-            }),
-            Err(_) => {
-                use std::hash::{BuildHasher, Hasher};
-                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-                hasher.write_u128(
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos())
-                        .unwrap_or(0),
-                );
-                hasher.finish()
+        let seed = match CURRENT.get() {
+            Some((seed, _)) => seed,
+            None => {
+                let seed = one_seed();
+                announce(seed);
+                seed
             }
         };
-        println!("seed {seed} (rerun with {TEST_SEED}={seed})");
         Draw::new(seed)
     }
 
@@ -346,6 +509,71 @@ fn plain<T: std::fmt::Debug>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_draws_first_from_its_seed_and_then_from_seeds_derived_from_it() {
+        let (first, second, third) = run_at(272, &mut || (rng(), rng(), rng()));
+        assert_eq!(first.seed(), 272, "the issue's seeds replay as printed");
+        assert_ne!(second.seed(), 272);
+        assert_ne!(third.seed(), second.seed());
+        let again = run_at(272, &mut || (rng(), rng(), rng()));
+        assert_eq!(
+            [first.seed(), second.seed(), third.seed()],
+            [again.0.seed(), again.1.seed(), again.2.seed()],
+            "one seed replays every generator of the test"
+        );
+        assert_eq!(CURRENT.get(), None, "the seed is forgotten after the run");
+    }
+
+    #[test]
+    fn a_sweep_runs_the_body_once_per_seed_in_this_process() {
+        let mut seen = Vec::new();
+        run_seeds(Some(3..7), || seen.push(rng().seed()));
+        assert_eq!(seen, [3, 4, 5, 6]);
+        assert_eq!(CURRENT.get(), None);
+    }
+
+    #[test]
+    fn a_sweep_stops_at_the_first_seed_whose_body_fails() {
+        let mut seen = Vec::new();
+        let outcome = run_seeds(Some(3..100), || {
+            let seed = rng().seed();
+            seen.push(seed);
+            if seed == 5 { Err(seed) } else { Ok(()) }
+        });
+        assert_eq!(outcome, Err(5));
+        assert_eq!(seen, [3, 4, 5]);
+    }
+
+    #[test]
+    fn a_sweep_stops_at_the_first_seed_whose_body_panics() {
+        let mut seen = Vec::new();
+        let panicked = catch_unwind(AssertUnwindSafe(|| {
+            run_seeds(Some(10..20), || {
+                seen.push(rng().seed());
+                assert!(seen.len() < 2, "the second seed fails");
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(seen, [10, 11]);
+        assert_eq!(CURRENT.get(), None);
+    }
+
+    #[test]
+    fn seed_ranges_are_first_dot_dot_end_and_never_empty() {
+        assert_eq!(parse_seed_range("0..2000"), Some(0..2000));
+        assert_eq!(parse_seed_range(" 7..8 "), Some(7..8));
+        assert_eq!(parse_seed_range("5..5"), None);
+        assert_eq!(parse_seed_range("9..2"), None);
+        assert_eq!(parse_seed_range("2000"), None);
+        assert_eq!(parse_seed_range("a..3"), None);
+        assert_eq!(parse_seed_range("-1..3"), None);
+        assert_eq!(
+            parse_seed(" 7694720226940991941\n"),
+            Some(7_694_720_226_940_991_941)
+        );
+        assert_eq!(parse_seed("18446744073709551616"), None, "above u64");
+    }
 
     #[test]
     fn an_option_reads_as_its_value() {

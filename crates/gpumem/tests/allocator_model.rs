@@ -6,8 +6,10 @@
 use gpumem::allocator::{Allocation, CachingAllocator, StreamId};
 use gpumem::backend::RawMemory;
 use gpumem::backend_cpu::CpuBackend;
+use gpumem::testing::{rng, seeded};
 use gpumem::{AllocatorConfig, Error};
 use proptest::prelude::*;
+use proptest::test_runner::{RngSeed, TestCaseError, TestRunner};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -132,53 +134,99 @@ fn check(a: &CachingAllocator<CpuBackend>, live: &[Allocation], peak_model: u64)
     assert_eq!(snap_allocated, allocated);
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 4_000, ..ProptestConfig::default() })]
+/// Cases per seed: a plain run tries 4,000 sequences; a sweep (`GPUMEM_TEST_SEEDS`) tries this
+/// many for each seed of its range.
+const CASES: u32 = 4_000;
+/// Cases per seed in a sweep: 2,000 seeds then try 100,000 sequences.
+const SWEEP_CASES: u32 = 50;
 
-    #[test]
-    fn random_sequences_keep_every_invariant(conf in config(), ops in prop::collection::vec(op(), 1..40)) {
-        let a = CachingAllocator::new(CpuBackend::new(96 * MIB), "cpu", AllocatorConfig::parse(conf).unwrap());
-        let mut live: Vec<Allocation> = Vec::new();
-        let mut peak = 0u64;
-        for op in ops {
-            match op {
-                Op::Alloc { size, stream } => match a.malloc(size, StreamId(stream)) {
-                    Ok(b) => {
-                        prop_assert!(b.size >= size);
-                        prop_assert_eq!(b.size % 512, 0);
-                        live.push(b);
-                    }
-                    Err(Error::OutOfMemory { .. }) => {}
-                    Err(other) => prop_assert!(false, "unexpected error {}", other),
-                },
-                Op::Free { index } => {
-                    if !live.is_empty() {
-                        let b = live.swap_remove(index % live.len());
-                        a.free(b, vec![]);
-                    }
+#[test]
+fn random_sequences_keep_every_invariant() {
+    let cases = if std::env::var_os(gpumem::testing::TEST_SEEDS).is_some() {
+        SWEEP_CASES
+    } else {
+        CASES
+    };
+    seeded(|| {
+        // proptest's generator starts from the test's seed, so GPUMEM_TEST_SEED replays a failure
+        // (and its shrinking).
+        let mut runner = TestRunner::new(ProptestConfig {
+            cases,
+            rng_seed: RngSeed::Fixed(rng().seed()),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
+        let sequences = (config(), prop::collection::vec(op(), 1..40));
+        if let Err(failure) = runner.run(&sequences, |(conf, ops)| keeps_every_invariant(conf, ops))
+        {
+            panic!("{failure}");
+        }
+    })
+}
+
+/// Runs `ops` on an allocator with the setting `conf`, checking every invariant after each.
+fn keeps_every_invariant(conf: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let a = CachingAllocator::new(
+        CpuBackend::new(96 * MIB),
+        "cpu",
+        AllocatorConfig::parse(conf).unwrap(),
+    );
+    let mut live: Vec<Allocation> = Vec::new();
+    let mut peak = 0u64;
+    for op in ops {
+        match op {
+            Op::Alloc { size, stream } => match a.malloc(size, StreamId(stream)) {
+                Ok(b) => {
+                    prop_assert!(b.size >= size);
+                    prop_assert_eq!(b.size % 512, 0);
+                    live.push(b);
                 }
-                Op::EmptyCache => a.empty_cache(),
-                Op::ResetPeak => {
-                    a.reset_peak_stats();
-                    peak = a.allocated_bytes();
+                Err(Error::OutOfMemory { .. }) => {}
+                Err(other) => prop_assert!(false, "unexpected error {}", other),
+            },
+            Op::Free { index } => {
+                if !live.is_empty() {
+                    let b = live.swap_remove(index % live.len());
+                    a.free(b, vec![]);
                 }
-                Op::Settings(i) => a.set_allocator_settings(CONFIGS[i]).unwrap(),
-                Op::Fraction(true) => a.set_memory_fraction(0.8).unwrap(),
-                Op::Fraction(false) => a.clear_memory_fraction(),
             }
-            peak = peak.max(a.allocated_bytes());
-            check(&a, &live, peak);
+            Op::EmptyCache => a.empty_cache(),
+            Op::ResetPeak => {
+                a.reset_peak_stats();
+                peak = a.allocated_bytes();
+            }
+            Op::Settings(i) => a.set_allocator_settings(CONFIGS[i]).unwrap(),
+            Op::Fraction(true) => a.set_memory_fraction(0.8).unwrap(),
+            Op::Fraction(false) => a.clear_memory_fraction(),
         }
-        for b in live.drain(..) {
-            a.free(b, vec![]);
-        }
-        a.empty_cache();
-        prop_assert_eq!(a.reserved_bytes(), 0, "everything freed plus empty_cache leaves nothing reserved");
-        prop_assert!(a.snapshot().segments.is_empty());
-        let stats = a.memory_stats();
-        for key in ["allocated_bytes.all.current", "active_bytes.all.current", "inactive_split_bytes.all.current", "requested_bytes.all.current", "oversize_allocations.current", "oversize_segments.current", "segment.all.current"] {
-            prop_assert_eq!(stats.get(key), Some(0), "{}", key);
-        }
-        prop_assert_eq!(a.backend().mem_get_info().map(|(free, _)| free).ok(), Some(96 * MIB));
+        peak = peak.max(a.allocated_bytes());
+        check(&a, &live, peak);
     }
+    for b in live.drain(..) {
+        a.free(b, vec![]);
+    }
+    a.empty_cache();
+    prop_assert_eq!(
+        a.reserved_bytes(),
+        0,
+        "everything freed plus empty_cache leaves nothing reserved"
+    );
+    prop_assert!(a.snapshot().segments.is_empty());
+    let stats = a.memory_stats();
+    for key in [
+        "allocated_bytes.all.current",
+        "active_bytes.all.current",
+        "inactive_split_bytes.all.current",
+        "requested_bytes.all.current",
+        "oversize_allocations.current",
+        "oversize_segments.current",
+        "segment.all.current",
+    ] {
+        prop_assert_eq!(stats.get(key), Some(0), "{}", key);
+    }
+    prop_assert_eq!(
+        a.backend().mem_get_info().map(|(free, _)| free).ok(),
+        Some(96 * MIB)
+    );
+    Ok(())
 }

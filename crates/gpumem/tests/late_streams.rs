@@ -71,12 +71,13 @@ fn a_kernel_reads_a_side_stream_upload_only_after_a_wait() {
 }
 
 #[test]
-fn at_once_the_default_the_upload_is_done_when_queued() {
+fn at_once_an_upload_is_done_when_queued() {
     let dev = gpumem::testing::device();
     if dev.is_cuda() {
         return;
     }
-    assert!(!dev.late_streams(), "testing::device() resets to at once");
+    dev.set_late_streams(false);
+    assert!(!dev.late_streams());
     let side = dev.stream().expect("stream");
     let (dst, _pinned) = upload_on(&dev, &side);
     assert_eq!(dst.to_vec().expect("read"), data());

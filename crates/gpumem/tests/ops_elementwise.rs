@@ -7,7 +7,7 @@ mod ops_support;
 
 use gpumem::ops::{self, DType, Float};
 use gpumem::{Error, bf16, f16};
-use ops_support::{U32, assert_close, assert_relative, block, data, rng, widen};
+use ops_support::{U32, assert_close, assert_relative, block, data, rng, seeded, widen};
 
 /// The values of a buffer as f64.
 fn values<T: Float>(buf: &gpumem::Buffer<T>) -> Vec<f64> {
@@ -40,9 +40,11 @@ fn scale_within_one_rounding<T: Float>() {
 
 #[test]
 fn scale_is_within_one_rounding_of_the_exact_product() {
-    scale_within_one_rounding::<f32>();
-    scale_within_one_rounding::<f16>();
-    scale_within_one_rounding::<bf16>();
+    seeded(|| {
+        scale_within_one_rounding::<f32>();
+        scale_within_one_rounding::<f16>();
+        scale_within_one_rounding::<bf16>();
+    })
 }
 
 fn axpy_within_bound<X: Float, Y: Float>() {
@@ -74,24 +76,28 @@ fn axpy_within_bound<X: Float, Y: Float>() {
 
 #[test]
 fn axpy_rounds_product_and_sum_separately_for_every_type_pair() {
-    axpy_within_bound::<f32, f32>();
-    axpy_within_bound::<f16, f32>();
-    axpy_within_bound::<bf16, f32>();
-    axpy_within_bound::<f32, f16>();
-    axpy_within_bound::<bf16, bf16>();
+    seeded(|| {
+        axpy_within_bound::<f32, f32>();
+        axpy_within_bound::<f16, f32>();
+        axpy_within_bound::<bf16, f32>();
+        axpy_within_bound::<f32, f16>();
+        axpy_within_bound::<bf16, bf16>();
+    })
 }
 
 #[test]
 fn axpy_of_a_buffer_into_itself_doubles_it() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let host = data(&mut rng, 1000);
-    let mut y = dev.from_slice(&host).unwrap();
-    let same = y.to(&dev).unwrap();
-    assert!(same.shares_memory_with(&y));
-    ops::axpy(1.0, &same, &mut y).unwrap();
-    let want: Vec<f32> = host.iter().map(|v| v * 2.0).collect();
-    assert_eq!(y.to_vec().unwrap(), want);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let host = data(&mut rng, 1000);
+        let mut y = dev.from_slice(&host).unwrap();
+        let same = y.to(&dev).unwrap();
+        assert!(same.shares_memory_with(&y));
+        ops::axpy(1.0, &same, &mut y).unwrap();
+        let want: Vec<f32> = host.iter().map(|v| v * 2.0).collect();
+        assert_eq!(y.to_vec().unwrap(), want);
+    })
 }
 
 fn relu_exact<T: Float>() {
@@ -126,26 +132,30 @@ fn relu_exact<T: Float>() {
 
 #[test]
 fn relu_is_exact_passes_nan_and_clears_negative_zero() {
-    relu_exact::<f32>();
-    relu_exact::<f16>();
-    relu_exact::<bf16>();
+    seeded(|| {
+        relu_exact::<f32>();
+        relu_exact::<f16>();
+        relu_exact::<bf16>();
+    })
 }
 
 #[test]
 fn relu_backward_passes_the_gradient_where_the_output_is_positive() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let x = dev.from_slice(&data(&mut rng, 2048)).unwrap();
-    let out = ops::relu(&x).unwrap();
-    let g = data(&mut rng, 2048);
-    let grad = dev.from_slice(&g).unwrap();
-    let dx = ops::relu_backward(&grad, &out).unwrap().to_vec().unwrap();
-    let o = out.to_vec().unwrap();
-    for i in 0..g.len() {
-        let want = if o[i] > 0.0 { g[i] } else { 0.0 };
-        assert_eq!(dx[i].to_bits(), want.to_bits(), "at {i}");
-    }
-    assert!(o.contains(&0.0) && o.iter().any(|&v| v > 0.0));
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let x = dev.from_slice(&data(&mut rng, 2048)).unwrap();
+        let out = ops::relu(&x).unwrap();
+        let g = data(&mut rng, 2048);
+        let grad = dev.from_slice(&g).unwrap();
+        let dx = ops::relu_backward(&grad, &out).unwrap().to_vec().unwrap();
+        let o = out.to_vec().unwrap();
+        for i in 0..g.len() {
+            let want = if o[i] > 0.0 { g[i] } else { 0.0 };
+            assert_eq!(dx[i].to_bits(), want.to_bits(), "at {i}");
+        }
+        assert!(o.contains(&0.0) && o.iter().any(|&v| v > 0.0));
+    })
 }
 
 fn cast_like_half_crate<D: Float>() {
@@ -173,9 +183,11 @@ fn cast_like_half_crate<D: Float>() {
 
 #[test]
 fn casts_round_to_nearest_even_exactly_as_the_half_crate() {
-    cast_like_half_crate::<f16>();
-    cast_like_half_crate::<bf16>();
-    cast_like_half_crate::<f32>();
+    seeded(|| {
+        cast_like_half_crate::<f16>();
+        cast_like_half_crate::<bf16>();
+        cast_like_half_crate::<f32>();
+    })
 }
 
 #[test]
@@ -204,38 +216,42 @@ fn f16_overflows_where_bf16_keeps_the_range() {
 
 #[test]
 fn sum_accumulates_in_f64_and_costs_one_small_block_and_one_copy() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let host = data(&mut rng, 100_003);
-    let x = dev.from_slice(&host).unwrap();
-    let start = dev.memory_allocated();
-    dev.reset_peak_memory_stats();
-    dev.reset_transfer_stats();
-    let got = ops::sum(&x).unwrap() as f64;
-    let want: f64 = host.iter().map(|&v| v as f64).sum();
-    let abs: f64 = host.iter().map(|&v| (v as f64).abs()).sum();
-    assert_close("sum", &[got], &[want], &[abs], 2.0 * U32);
-    assert_eq!(dev.memory_allocated(), start);
-    assert_eq!(
-        dev.max_memory_allocated(),
-        start + 512,
-        "one f64 result block"
-    );
-    let t = dev.transfer_stats();
-    assert_eq!((t.device_to_host.copies, t.device_to_host.bytes), (1, 8));
-    assert_eq!(t.host_to_device.copies, 0);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let host = data(&mut rng, 100_003);
+        let x = dev.from_slice(&host).unwrap();
+        let start = dev.memory_allocated();
+        dev.reset_peak_memory_stats();
+        dev.reset_transfer_stats();
+        let got = ops::sum(&x).unwrap() as f64;
+        let want: f64 = host.iter().map(|&v| v as f64).sum();
+        let abs: f64 = host.iter().map(|&v| (v as f64).abs()).sum();
+        assert_close("sum", &[got], &[want], &[abs], 2.0 * U32);
+        assert_eq!(dev.memory_allocated(), start);
+        assert_eq!(
+            dev.max_memory_allocated(),
+            start + 512,
+            "one f64 result block"
+        );
+        let t = dev.transfer_stats();
+        assert_eq!((t.device_to_host.copies, t.device_to_host.bytes), (1, 8));
+        assert_eq!(t.host_to_device.copies, 0);
+    })
 }
 
 #[test]
 fn sum_of_half_buffers_is_exact_before_the_final_rounding() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let (h, x) = rounded::<bf16>(&data(&mut rng, 50_000));
-    let buf = dev.from_slice(&h).unwrap();
-    let got = ops::sum(&buf).unwrap() as f64;
-    let want: f64 = x.iter().sum();
-    let abs: f64 = x.iter().map(|v| v.abs()).sum();
-    assert_close("sum bf16", &[got], &[want], &[abs], 2.0 * U32);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let (h, x) = rounded::<bf16>(&data(&mut rng, 50_000));
+        let buf = dev.from_slice(&h).unwrap();
+        let got = ops::sum(&buf).unwrap() as f64;
+        let want: f64 = x.iter().sum();
+        let abs: f64 = x.iter().map(|v| v.abs()).sum();
+        assert_close("sum bf16", &[got], &[want], &[abs], 2.0 * U32);
+    })
 }
 
 fn add_bias_within_bound<T: Float>() {
@@ -264,42 +280,46 @@ fn add_bias_within_bound<T: Float>() {
 
 #[test]
 fn add_bias_adds_one_f32_bias_per_column() {
-    add_bias_within_bound::<f32>();
-    add_bias_within_bound::<f16>();
-    add_bias_within_bound::<bf16>();
+    seeded(|| {
+        add_bias_within_bound::<f32>();
+        add_bias_within_bound::<f16>();
+        add_bias_within_bound::<bf16>();
+    })
 }
 
 #[test]
 fn col_sum_into_overwrites_or_accumulates() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let (rows, cols) = (257, 19);
-    let host = data(&mut rng, rows * cols);
-    let x = dev.from_slice(&host).unwrap();
-    let start = data(&mut rng, cols);
-    let mut out = dev.from_slice(&start).unwrap();
-    let col = |c: usize| -> (f64, f64) {
-        (0..rows).fold((0.0, 0.0), |(s, a), r| {
-            let v = host[r * cols + c] as f64;
-            (s + v, a + v.abs())
-        })
-    };
-    ops::col_sum_into(&x, rows, cols, &mut out, true).unwrap();
-    let want: Vec<f64> = (0..cols).map(|c| start[c] as f64 + col(c).0).collect();
-    let scale: Vec<f64> = (0..cols)
-        .map(|c| (start[c] as f64).abs() + col(c).1)
-        .collect();
-    assert_close(
-        "col_sum accumulate",
-        &values(&out),
-        &want,
-        &scale,
-        2.0 * U32,
-    );
-    ops::col_sum_into(&x, rows, cols, &mut out, false).unwrap();
-    let want: Vec<f64> = (0..cols).map(|c| col(c).0).collect();
-    let scale: Vec<f64> = (0..cols).map(|c| col(c).1).collect();
-    assert_close("col_sum overwrite", &values(&out), &want, &scale, 2.0 * U32);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let (rows, cols) = (257, 19);
+        let host = data(&mut rng, rows * cols);
+        let x = dev.from_slice(&host).unwrap();
+        let start = data(&mut rng, cols);
+        let mut out = dev.from_slice(&start).unwrap();
+        let col = |c: usize| -> (f64, f64) {
+            (0..rows).fold((0.0, 0.0), |(s, a), r| {
+                let v = host[r * cols + c] as f64;
+                (s + v, a + v.abs())
+            })
+        };
+        ops::col_sum_into(&x, rows, cols, &mut out, true).unwrap();
+        let want: Vec<f64> = (0..cols).map(|c| start[c] as f64 + col(c).0).collect();
+        let scale: Vec<f64> = (0..cols)
+            .map(|c| (start[c] as f64).abs() + col(c).1)
+            .collect();
+        assert_close(
+            "col_sum accumulate",
+            &values(&out),
+            &want,
+            &scale,
+            2.0 * U32,
+        );
+        ops::col_sum_into(&x, rows, cols, &mut out, false).unwrap();
+        let want: Vec<f64> = (0..cols).map(|c| col(c).0).collect();
+        let scale: Vec<f64> = (0..cols).map(|c| col(c).1).collect();
+        assert_close("col_sum overwrite", &values(&out), &want, &scale, 2.0 * U32);
+    })
 }
 
 fn unscale_exact<T: Float>() {
@@ -315,97 +335,107 @@ fn unscale_exact<T: Float>() {
 
 #[test]
 fn unscale_by_a_power_of_two_is_exact_and_finds_nothing_in_finite_data() {
-    unscale_exact::<f32>();
-    unscale_exact::<f16>();
-    unscale_exact::<bf16>();
+    seeded(|| {
+        unscale_exact::<f32>();
+        unscale_exact::<f16>();
+        unscale_exact::<bf16>();
+    })
 }
 
 #[test]
 fn unscale_and_check_finds_a_single_inf_or_nan_anywhere() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let n = 100_001;
-    for (index, bad) in [
-        (n - 1, f32::NAN),
-        (0, f32::INFINITY),
-        (n / 2, f32::NEG_INFINITY),
-    ] {
-        let mut host = data(&mut rng, n);
-        host[index] = bad;
-        let mut buf = dev.from_slice(&host).unwrap();
-        assert!(
-            ops::unscale_and_check(&mut buf, 0.5).unwrap(),
-            "{bad} at {index} not found"
-        );
-    }
-    // f16 overflow in a gradient is what loss scaling must catch.
-    let mut grads = dev
-        .from_slice(&[f16::from_f32(1.0), f16::INFINITY])
-        .unwrap();
-    assert!(ops::unscale_and_check(&mut grads, 1.0).unwrap());
-    let mut fine = dev.from_slice(&[1.0f32, 2.0]).unwrap();
-    assert!(!ops::unscale_and_check(&mut fine, 1.0).unwrap());
-    assert_eq!(fine.to_vec().unwrap(), [1.0, 2.0]);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let n = 100_001;
+        for (index, bad) in [
+            (n - 1, f32::NAN),
+            (0, f32::INFINITY),
+            (n / 2, f32::NEG_INFINITY),
+        ] {
+            let mut host = data(&mut rng, n);
+            host[index] = bad;
+            let mut buf = dev.from_slice(&host).unwrap();
+            assert!(
+                ops::unscale_and_check(&mut buf, 0.5).unwrap(),
+                "{bad} at {index} not found"
+            );
+        }
+        // f16 overflow in a gradient is what loss scaling must catch.
+        let mut grads = dev
+            .from_slice(&[f16::from_f32(1.0), f16::INFINITY])
+            .unwrap();
+        assert!(ops::unscale_and_check(&mut grads, 1.0).unwrap());
+        let mut fine = dev.from_slice(&[1.0f32, 2.0]).unwrap();
+        assert!(!ops::unscale_and_check(&mut fine, 1.0).unwrap());
+        assert_eq!(fine.to_vec().unwrap(), [1.0, 2.0]);
+    })
 }
 
 #[test]
 fn mse_loss_and_its_gradient_match_the_f64_reference() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let n = 6000;
-    let p = data(&mut rng, n);
-    let t = data(&mut rng, n);
-    let pred = dev.from_slice(&p).unwrap();
-    let target = dev.from_slice(&t).unwrap();
-    let loss = ops::mse_loss(&pred, &target).unwrap() as f64;
-    let want: f64 = p
-        .iter()
-        .zip(&t)
-        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
-        .sum::<f64>()
-        / n as f64;
-    assert_relative("mse_loss", &[loss], &[want], 2.0 * U32);
-    let k = 4.0;
-    let g = ops::mse_loss_backward(&pred, &target, 1.0 / k).unwrap();
-    let want: Vec<f64> = p
-        .iter()
-        .zip(&t)
-        .map(|(a, b)| 2.0 / k as f64 / n as f64 * (*a as f64 - *b as f64))
-        .collect();
-    assert_relative("mse_loss_backward", &values(&g), &want, 3.5 * U32);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let n = 6000;
+        let p = data(&mut rng, n);
+        let t = data(&mut rng, n);
+        let pred = dev.from_slice(&p).unwrap();
+        let target = dev.from_slice(&t).unwrap();
+        let loss = ops::mse_loss(&pred, &target).unwrap() as f64;
+        let want: f64 = p
+            .iter()
+            .zip(&t)
+            .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+            .sum::<f64>()
+            / n as f64;
+        assert_relative("mse_loss", &[loss], &[want], 2.0 * U32);
+        let k = 4.0;
+        let g = ops::mse_loss_backward(&pred, &target, 1.0 / k).unwrap();
+        let want: Vec<f64> = p
+            .iter()
+            .zip(&t)
+            .map(|(a, b)| 2.0 / k as f64 / n as f64 * (*a as f64 - *b as f64))
+            .collect();
+        assert_relative("mse_loss_backward", &values(&g), &want, 3.5 * U32);
+    })
 }
 
 #[test]
 fn zero_clears_in_place_without_allocating() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let mut buf = dev.from_slice(&data(&mut rng, 999)).unwrap();
-    let start = dev.memory_allocated();
-    dev.reset_peak_memory_stats();
-    ops::zero(&mut buf).unwrap();
-    ops::scale(&mut buf, 3.0).unwrap();
-    assert!(buf.to_vec().unwrap().iter().all(|&v| v == 0.0));
-    assert_eq!(
-        dev.max_memory_allocated(),
-        start,
-        "in-place ops allocate nothing"
-    );
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let mut buf = dev.from_slice(&data(&mut rng, 999)).unwrap();
+        let start = dev.memory_allocated();
+        dev.reset_peak_memory_stats();
+        ops::zero(&mut buf).unwrap();
+        ops::scale(&mut buf, 3.0).unwrap();
+        assert!(buf.to_vec().unwrap().iter().all(|&v| v == 0.0));
+        assert_eq!(
+            dev.max_memory_allocated(),
+            start,
+            "in-place ops allocate nothing"
+        );
+    })
 }
 
 #[test]
 fn an_op_allocates_exactly_its_output_block_and_returns_it_on_drop() {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let n = 3000; // 12,000 B of f32: a 12,288 B block; 6,000 B of f16: 6,144 B
-    let x = dev.from_slice(&data(&mut rng, n)).unwrap();
-    let start = dev.memory_allocated();
-    let y = ops::relu(&x).unwrap();
-    assert_eq!(y.block_bytes() as u64, block(&dev, 12_000));
-    assert_eq!(dev.memory_allocated(), start + 12_288);
-    let h = ops::cast::<f32, f16>(&x).unwrap();
-    assert_eq!(dev.memory_allocated(), start + 12_288 + 6_144);
-    drop((y, h));
-    assert_eq!(dev.memory_allocated(), start);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let n = 3000; // 12,000 B of f32: a 12,288 B block; 6,000 B of f16: 6,144 B
+        let x = dev.from_slice(&data(&mut rng, n)).unwrap();
+        let start = dev.memory_allocated();
+        let y = ops::relu(&x).unwrap();
+        assert_eq!(y.block_bytes() as u64, block(&dev, 12_000));
+        assert_eq!(dev.memory_allocated(), start + 12_288);
+        let h = ops::cast::<f32, f16>(&x).unwrap();
+        assert_eq!(dev.memory_allocated(), start + 12_288 + 6_144);
+        drop((y, h));
+        assert_eq!(dev.memory_allocated(), start);
+    })
 }
 
 #[test]

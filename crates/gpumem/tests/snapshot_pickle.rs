@@ -487,7 +487,8 @@ fn a_pickle_of_another_shape_is_not_a_snapshot() -> Result<()> {
     let e = read_error(&python_pickle("[1, 2]")?);
     assert_eq!(
         e.to_string(),
-        "not a PyTorch memory snapshot: the pickle holds a list, not a dict"
+        "not a PyTorch memory snapshot: the pickle holds a list whose item 0 is an int: neither \
+         a snapshot dict nor the list of segment dicts torch.cuda.memory.memory_snapshot() returns"
     );
     // A dict with segments and no trace.
     let e = read_error(&python_pickle("{'segments': []}")?);

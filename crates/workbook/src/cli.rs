@@ -54,7 +54,8 @@ pub enum Command {
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit
     /// XML, CSV, and a feedback report per student.
     Grade(GradeArgs),
-    /// Package the grader for a hosted autograder (`export gradescope --out autograder.zip`).
+    /// Package the course: the repository a class receives (`export student --out DIR`), or the
+    /// grader for a hosted autograder (`export gradescope --out autograder.zip`).
     Export(ExportArgs),
     /// Draw a gpumem snapshot as SVG: memory over time, and each segment with its blocks.
     Viz(VizArgs),

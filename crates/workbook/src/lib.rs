@@ -51,7 +51,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     &args.out,
                     args.hidden_tests.as_deref(),
                     args.no_sandbox,
+                    &args.assignment,
                 )?;
+                Ok(ExitCode::SUCCESS)
+            }
+            grade::export::ExportTarget::Student(args) => {
+                grade::student::command(cli.root.as_deref(), &args.out)?;
                 Ok(ExitCode::SUCCESS)
             }
         },

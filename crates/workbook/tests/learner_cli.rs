@@ -209,6 +209,38 @@ fn a_test_that_allocates_forever_fails_at_the_memory_limit() {
 }
 
 #[test]
+fn check_passes_the_test_seed_on_and_names_it_in_a_failure() {
+    let repo = FakeRepo::new();
+    demo_chapter(&repo, "ch01-demo");
+    // triples_two stands for a randomized test: it prints its seed as gpumem::testing does,
+    // taking GPUMEM_TEST_SEED (these crates depend on nothing, not even gpumem).
+    let seeded = TESTS.replace("demo::", "ch01_demo::").replace(
+        "fn triples_two() {\n",
+        "fn triples_two() {\n    let seed = std::env::var(\"GPUMEM_TEST_SEED\").expect(\"the seed is passed on\");\n    \
+         println!(\"seed {seed} (rerun with GPUMEM_TEST_SEED={seed})\");\n",
+    );
+    assert!(seeded.contains("GPUMEM_TEST_SEED"));
+    repo.write("exercises/ch01-demo/tests/demo.rs", &seeded);
+    repo.write("exercises/ch01-demo/src/lib.rs", HALFWAY);
+    let (output, out, err) = common::run(
+        common::workbook()
+            .env("GPUMEM_TEST_SEED", "7694720226940991941")
+            .arg("--root")
+            .arg(repo.root())
+            .args(["check", "ch01"])
+            .stdin(Stdio::null()),
+    );
+    assert_eq!(output.status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        out.contains(
+            "two times three; yours: 4; expected: 6 (seed 7694720226940991941: \
+             GPUMEM_TEST_SEED=7694720226940991941 replays it)"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn check_defaults_to_the_first_unfinished_chapter() {
     let repo = FakeRepo::new();
     demo_chapter(&repo, "ch01-demo");

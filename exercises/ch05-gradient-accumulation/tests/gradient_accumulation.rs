@@ -9,16 +9,10 @@ use gpumem::Device;
 use gpumem::ops::{Linear, Mlp, MlpGrads, XorShift};
 use gpumem::testing::Prediction;
 use gpumem::testing::assert_close;
+use gpumem::testing::{rng, seeded};
 
 /// The model of the accumulation tests: 64 inputs, 128 hidden units, 16 outputs.
 const SIZES: [usize; 3] = [64, 128, 16];
-
-/// A generator with a fresh seed, printed so that a failure can be reproduced.
-fn rng() -> XorShift {
-    let rng = XorShift::fresh();
-    println!("seed {}", rng.seed());
-    rng
-}
 
 /// Random examples for a model of `sizes`.
 fn examples(rng: &mut XorShift, rows: usize, sizes: &[usize]) -> HostBatch {
@@ -94,217 +88,237 @@ fn micro_batch_rows_gives_the_remainder_to_the_first_micro_batches() {
 
 #[test]
 fn upload_rows_copies_only_the_micro_batch() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let data = examples(&mut rng(), 32, &SIZES);
-    let micro = upload_rows(&dev, &data, 8..11)?;
-    assert_eq!(micro.rows, 3);
-    assert_eq!(micro.x.to_vec()?, data.x[8 * 64..11 * 64]);
-    assert_eq!(micro.t.to_vec()?, data.t[8 * 16..11 * 16]);
-    let copies = dev.transfer_stats().host_to_device;
-    assert_eq!(
-        (copies.copies, copies.bytes),
-        (2, 3 * 64 * 4 + 3 * 16 * 4),
-        "one copy of the 3 input rows, one of the 3 target rows"
-    );
-    assert_eq!(
-        dev.memory_allocated(),
-        1024 + 512,
-        "768 B of inputs in a 1024 B block, 192 B of targets in a 512 B block"
-    );
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let data = examples(&mut rng(), 32, &SIZES);
+        let micro = upload_rows(&dev, &data, 8..11)?;
+        assert_eq!(micro.rows, 3);
+        assert_eq!(micro.x.to_vec()?, data.x[8 * 64..11 * 64]);
+        assert_eq!(micro.t.to_vec()?, data.t[8 * 16..11 * 16]);
+        let copies = dev.transfer_stats().host_to_device;
+        assert_eq!(
+            (copies.copies, copies.bytes),
+            (2, 3 * 64 * 4 + 3 * 16 * 4),
+            "one copy of the 3 input rows, one of the 3 target rows"
+        );
+        assert_eq!(
+            dev.memory_allocated(),
+            1024 + 512,
+            "768 B of inputs in a 1024 B block, 192 B of targets in a 512 B block"
+        );
+        Ok(())
+    })
 }
 
 // ---- accumulate_gradients ----
 
 #[test]
 fn accumulated_gradient_equals_the_full_batch_gradient() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let data = examples(&mut rng, 32, &SIZES);
-    let (want, _) = full_batch(&dev, &model, &data)?;
-    let mut grads = model.zero_grads()?;
-    accumulate_gradients(&dev, &model, &mut grads, &data, 4)?;
-    assert_close(
-        "4 micro-batches of 8 against one batch of 32",
-        &flat(&grads)?,
-        &want,
-        1e-5,
-    );
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let data = examples(&mut rng, 32, &SIZES);
+        let (want, _) = full_batch(&dev, &model, &data)?;
+        let mut grads = model.zero_grads()?;
+        accumulate_gradients(&dev, &model, &mut grads, &data, 4)?;
+        assert_close(
+            "4 micro-batches of 8 against one batch of 32",
+            &flat(&grads)?,
+            &want,
+            1e-5,
+        );
+        Ok(())
+    })
 }
 
 #[test]
 fn accumulated_gradient_weights_unequal_micro_batches_by_their_rows() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let data = examples(&mut rng, 30, &SIZES);
-    let (want, _) = full_batch(&dev, &model, &data)?;
-    let mut grads = model.zero_grads()?;
-    accumulate_gradients(&dev, &model, &mut grads, &data, 4)?;
-    assert_close(
-        "micro-batches of 8, 8, 7 and 7 rows against one batch of 30",
-        &flat(&grads)?,
-        &want,
-        1e-5,
-    );
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let data = examples(&mut rng, 30, &SIZES);
+        let (want, _) = full_batch(&dev, &model, &data)?;
+        let mut grads = model.zero_grads()?;
+        accumulate_gradients(&dev, &model, &mut grads, &data, 4)?;
+        assert_close(
+            "micro-batches of 8, 8, 7 and 7 rows against one batch of 30",
+            &flat(&grads)?,
+            &want,
+            1e-5,
+        );
+        Ok(())
+    })
 }
 
 #[test]
 fn accumulate_gradients_starts_from_zero() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let data = examples(&mut rng, 16, &SIZES);
-    let (want, _) = full_batch(&dev, &model, &data)?;
-    let mut grads = model.zero_grads()?;
-    // What an earlier batch left behind.
-    for g in &mut grads.layers {
-        g.weight.copy_from_slice(&vec![1.0; g.weight.len()])?;
-        g.bias.copy_from_slice(&vec![1.0; g.bias.len()])?;
-    }
-    accumulate_gradients(&dev, &model, &mut grads, &data, 2)?;
-    assert_close("after a dirty start", &flat(&grads)?, &want, 1e-5);
-    accumulate_gradients(&dev, &model, &mut grads, &data, 2)?;
-    assert_close("run twice", &flat(&grads)?, &want, 1e-5);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let data = examples(&mut rng, 16, &SIZES);
+        let (want, _) = full_batch(&dev, &model, &data)?;
+        let mut grads = model.zero_grads()?;
+        // What an earlier batch left behind.
+        for g in &mut grads.layers {
+            g.weight.copy_from_slice(&vec![1.0; g.weight.len()])?;
+            g.bias.copy_from_slice(&vec![1.0; g.bias.len()])?;
+        }
+        accumulate_gradients(&dev, &model, &mut grads, &data, 2)?;
+        assert_close("after a dirty start", &flat(&grads)?, &want, 1e-5);
+        accumulate_gradients(&dev, &model, &mut grads, &data, 2)?;
+        assert_close("run twice", &flat(&grads)?, &want, 1e-5);
+        Ok(())
+    })
 }
 
 #[test]
 fn accumulate_gradients_returns_the_full_batch_loss() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let data = examples(&mut rng, 30, &SIZES);
-    let (_, want) = full_batch(&dev, &model, &data)?;
-    let mut grads = model.zero_grads()?;
-    let loss = accumulate_gradients(&dev, &model, &mut grads, &data, 4)?;
-    assert_close("loss", &[loss as f64], &[want as f64], 1e-5);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let data = examples(&mut rng, 30, &SIZES);
+        let (_, want) = full_batch(&dev, &model, &data)?;
+        let mut grads = model.zero_grads()?;
+        let loss = accumulate_gradients(&dev, &model, &mut grads, &data, 4)?;
+        assert_close("loss", &[loss as f64], &[want as f64], 1e-5);
+        Ok(())
+    })
 }
 
 #[test]
 fn accumulation_lowers_the_peak_but_not_the_gradient_memory() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let mut grads = model.zero_grads()?;
-    // f32 blocks of 128×64, 128 and 16×128 floats, and 16 floats (64 B) in a 512 B block.
-    let gradient_bytes = 32_768 + 512 + 8_192 + 512;
-    assert_eq!(grads.block_bytes(), gradient_bytes);
-    let data = examples(&mut rng, 32, &SIZES);
-    let start = dev.memory_allocated();
-    let mut peaks = Vec::new();
-    for k in [1, 4] {
-        dev.reset_peak_memory_stats();
-        accumulate_gradients(&dev, &model, &mut grads, &data, k)?;
-        peaks.push(dev.max_memory_allocated() - start);
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let mut grads = model.zero_grads()?;
+        // f32 blocks of 128×64, 128 and 16×128 floats, and 16 floats (64 B) in a 512 B block.
+        let gradient_bytes = 32_768 + 512 + 8_192 + 512;
+        assert_eq!(grads.block_bytes(), gradient_bytes);
+        let data = examples(&mut rng, 32, &SIZES);
+        let start = dev.memory_allocated();
+        let mut peaks = Vec::new();
+        for k in [1, 4] {
+            dev.reset_peak_memory_stats();
+            accumulate_gradients(&dev, &model, &mut grads, &data, k)?;
+            peaks.push(dev.max_memory_allocated() - start);
+            assert_eq!(
+                dev.memory_allocated(),
+                start,
+                "k = {k}: nothing but the gradients outlives the call"
+            );
+            assert_eq!(
+                grads.block_bytes(),
+                gradient_bytes,
+                "k = {k}: still one gradient per parameter"
+            );
+        }
+        // On top of the model and its gradients, one (micro-)batch of m rows at a time:
+        // inputs m×64 and targets m×16, then in backward the ReLU output and the hidden gradient
+        // before and after ReLU (m×128 each), the output and its gradient (m×16 each); all f32.
+        let one_micro_batch =
+            |m: u64| m * 64 * 4 + m * 16 * 4 + 3 * (m * 128 * 4) + 2 * (m * 16 * 4);
         assert_eq!(
-            dev.memory_allocated(),
-            start,
-            "k = {k}: nothing but the gradients outlives the call"
-        );
-        assert_eq!(
-            grads.block_bytes(),
-            gradient_bytes,
-            "k = {k}: still one gradient per parameter"
-        );
-    }
-    // On top of the model and its gradients, one (micro-)batch of m rows at a time:
-    // inputs m×64 and targets m×16, then in backward the ReLU output and the hidden gradient
-    // before and after ReLU (m×128 each), the output and its gradient (m×16 each); all f32.
-    let one_micro_batch = |m: u64| m * 64 * 4 + m * 16 * 4 + 3 * (m * 128 * 4) + 2 * (m * 16 * 4);
-    assert_eq!(
-        peaks,
-        vec![one_micro_batch(32), one_micro_batch(8)],
-        "peak above the model and gradients for k = 1 and k = 4 (a second gradient buffer, or \
+            peaks,
+            vec![one_micro_batch(32), one_micro_batch(8)],
+            "peak above the model and gradients for k = 1 and k = 4 (a second gradient buffer, or \
          micro-batches kept on the device, show up here)"
-    );
-    assert_eq!(peaks, vec![63_488, 15_872]);
-    Ok(())
+        );
+        assert_eq!(peaks, vec![63_488, 15_872]);
+        Ok(())
+    })
 }
 
 // ---- train_accumulated ----
 
 #[test]
 fn train_accumulated_steps_once_every_k_micro_batches() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let mut model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let loader: Vec<HostBatch> = (0..8).map(|_| examples(&mut rng, 8, &SIZES)).collect();
-    let mut grads = model.zero_grads()?;
-    assert_eq!(
-        train_accumulated(&dev, &mut model, &mut grads, &loader, 4, 0.1)?,
-        2
-    );
-    assert!(
-        flat(&grads)?.iter().all(|&g| g == 0.0),
-        "the gradients are zeroed after each step"
-    );
-    assert_eq!(
-        train_accumulated(&dev, &mut model, &mut grads, &loader[..6], 2, 0.1)?,
-        3
-    );
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let mut model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let loader: Vec<HostBatch> = (0..8).map(|_| examples(&mut rng, 8, &SIZES)).collect();
+        let mut grads = model.zero_grads()?;
+        assert_eq!(
+            train_accumulated(&dev, &mut model, &mut grads, &loader, 4, 0.1)?,
+            2
+        );
+        assert!(
+            flat(&grads)?.iter().all(|&g| g == 0.0),
+            "the gradients are zeroed after each step"
+        );
+        assert_eq!(
+            train_accumulated(&dev, &mut model, &mut grads, &loader[..6], 2, 0.1)?,
+            3
+        );
+        Ok(())
+    })
 }
 
 #[test]
 fn train_accumulated_matches_sgd_on_the_full_batches() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let mut model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let mut reference = copy_of(&dev, &model)?;
-    let before = parameters(&model)?;
-    let loader: Vec<HostBatch> = (0..8).map(|_| examples(&mut rng, 8, &SIZES)).collect();
-    let lr = 0.5;
-    // Leftovers of earlier work in the gradients: the loop must zero them first.
-    let mut grads = model.zero_grads()?;
-    accumulate_gradients(&dev, &model, &mut grads, &loader[0], 1)?;
-    train_accumulated(&dev, &mut model, &mut grads, &loader, 4, lr)?;
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let mut model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let mut reference = copy_of(&dev, &model)?;
+        let before = parameters(&model)?;
+        let loader: Vec<HostBatch> = (0..8).map(|_| examples(&mut rng, 8, &SIZES)).collect();
+        let lr = 0.5;
+        // Leftovers of earlier work in the gradients: the loop must zero them first.
+        let mut grads = model.zero_grads()?;
+        accumulate_gradients(&dev, &model, &mut grads, &loader[0], 1)?;
+        train_accumulated(&dev, &mut model, &mut grads, &loader, 4, lr)?;
 
-    // The same two steps, each on one batch of 4 × 8 rows.
-    let mut ref_grads = reference.zero_grads()?;
-    for group in loader.chunks(4) {
-        let batch = HostBatch {
-            x: group.iter().flat_map(|b| b.x.iter().copied()).collect(),
-            t: group.iter().flat_map(|b| b.t.iter().copied()).collect(),
-            in_features: 64,
-            out_features: 16,
+        // The same two steps, each on one batch of 4 × 8 rows.
+        let mut ref_grads = reference.zero_grads()?;
+        for group in loader.chunks(4) {
+            let batch = HostBatch {
+                x: group.iter().flat_map(|b| b.x.iter().copied()).collect(),
+                t: group.iter().flat_map(|b| b.t.iter().copied()).collect(),
+                in_features: 64,
+                out_features: 16,
+            };
+            ref_grads.zero()?;
+            forward_backward(&reference, &mut ref_grads, &on_device(&dev, &batch)?, 1.0)?;
+            reference.sgd_step(&ref_grads, lr)?;
+        }
+        let change = |after: Vec<f64>| -> Vec<f64> {
+            after.iter().zip(&before).map(|(a, b)| a - b).collect()
         };
-        ref_grads.zero()?;
-        forward_backward(&reference, &mut ref_grads, &on_device(&dev, &batch)?, 1.0)?;
-        reference.sgd_step(&ref_grads, lr)?;
-    }
-    let change =
-        |after: Vec<f64>| -> Vec<f64> { after.iter().zip(&before).map(|(a, b)| a - b).collect() };
-    assert_close(
-        "the change of every parameter",
-        &change(parameters(&model)?),
-        &change(parameters(&reference)?),
-        1e-4,
-    );
-    Ok(())
+        assert_close(
+            "the change of every parameter",
+            &change(parameters(&model)?),
+            &change(parameters(&reference)?),
+            1e-4,
+        );
+        Ok(())
+    })
 }
 
 #[test]
 fn train_accumulated_keeps_one_micro_batch_on_the_device() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let mut model = Mlp::new(&dev, &SIZES, &mut rng)?;
-    let mut grads = model.zero_grads()?;
-    let loader: Vec<HostBatch> = (0..8).map(|_| examples(&mut rng, 8, &SIZES)).collect();
-    let start = dev.memory_allocated();
-    dev.reset_peak_memory_stats();
-    train_accumulated(&dev, &mut model, &mut grads, &loader, 4, 0.1)?;
-    assert_eq!(dev.memory_allocated(), start, "every micro-batch was freed");
-    assert_eq!(
-        dev.max_memory_allocated() - start,
-        15_872,
-        "one micro-batch of 8 rows and its step, as in accumulate_gradients with k = 4"
-    );
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let mut model = Mlp::new(&dev, &SIZES, &mut rng)?;
+        let mut grads = model.zero_grads()?;
+        let loader: Vec<HostBatch> = (0..8).map(|_| examples(&mut rng, 8, &SIZES)).collect();
+        let start = dev.memory_allocated();
+        dev.reset_peak_memory_stats();
+        train_accumulated(&dev, &mut model, &mut grads, &loader, 4, 0.1)?;
+        assert_eq!(dev.memory_allocated(), start, "every micro-batch was freed");
+        assert_eq!(
+            dev.max_memory_allocated() - start,
+            15_872,
+            "one micro-batch of 8 rows and its step, as in accumulate_gradients with k = 4"
+        );
+        Ok(())
+    })
 }
 
 // ---- predict, then measure ----
@@ -375,63 +389,69 @@ fn prediction_for_drawn_batches_matches_the_allocator() -> anyhow::Result<()> {
 
 #[test]
 fn prediction_for_a_batch_of_64_matches_the_allocator() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    // The prediction is made before anything runs.
-    let predicted = predict_step_memory(64);
-    let measured = measure_step(&dev, 64)?;
-    assert_eq!(
-        measured,
-        StepMemory {
-            parameters: 140_800,
-            gradients: 140_800,
-            batch_data: 34_816,
-            saved_activations: 67_584,
-            step_peak: 200_704,
-        },
-        "the allocator's numbers"
-    );
-    compare(64, &predicted, &measured);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict_step_memory(64);
+        let measured = measure_step(&dev, 64)?;
+        assert_eq!(
+            measured,
+            StepMemory {
+                parameters: 140_800,
+                gradients: 140_800,
+                batch_data: 34_816,
+                saved_activations: 67_584,
+                step_peak: 200_704,
+            },
+            "the allocator's numbers"
+        );
+        compare(64, &predicted, &measured);
+        Ok(())
+    })
 }
 
 #[test]
 fn prediction_for_a_micro_batch_of_16_matches_the_allocator() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    // The prediction is made before anything runs.
-    let predicted = predict_step_memory(16);
-    let measured = measure_step(&dev, 16)?;
-    assert_eq!(
-        measured,
-        StepMemory {
-            parameters: 140_800,
-            gradients: 140_800,
-            batch_data: 8_704,
-            saved_activations: 16_896,
-            step_peak: 50_176,
-        },
-        "the allocator's numbers"
-    );
-    compare(16, &predicted, &measured);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict_step_memory(16);
+        let measured = measure_step(&dev, 16)?;
+        assert_eq!(
+            measured,
+            StepMemory {
+                parameters: 140_800,
+                gradients: 140_800,
+                batch_data: 8_704,
+                saved_activations: 16_896,
+                step_peak: 50_176,
+            },
+            "the allocator's numbers"
+        );
+        compare(16, &predicted, &measured);
+        Ok(())
+    })
 }
 
 #[test]
 fn prediction_for_a_single_row_matches_the_allocator() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    // The prediction is made before anything runs.
-    let predicted = predict_step_memory(1);
-    let measured = measure_step(&dev, 1)?;
-    assert_eq!(
-        measured,
-        StepMemory {
-            parameters: 140_800,
-            gradients: 140_800,
-            batch_data: 1_024,
-            saved_activations: 1_536,
-            step_peak: 4_096,
-        },
-        "the allocator's numbers"
-    );
-    compare(1, &predicted, &measured);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict_step_memory(1);
+        let measured = measure_step(&dev, 1)?;
+        assert_eq!(
+            measured,
+            StepMemory {
+                parameters: 140_800,
+                gradients: 140_800,
+                batch_data: 1_024,
+                saved_activations: 1_536,
+                step_peak: 4_096,
+            },
+            "the allocator's numbers"
+        );
+        compare(1, &predicted, &measured);
+        Ok(())
+    })
 }

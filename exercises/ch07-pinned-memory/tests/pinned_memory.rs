@@ -5,6 +5,7 @@ use ch07_pinned_memory::{download_pinned, pipeline, upload_pinned};
 use ch07_predict::{HostPrediction, predict_host};
 use gpumem::ops::XorShift;
 use gpumem::testing::Prediction;
+use gpumem::testing::{rng, seeded};
 use gpumem::{CopyCount, Device};
 use std::cell::RefCell;
 
@@ -23,11 +24,9 @@ fn batch_data(seed: u64, i: usize, len: usize) -> Vec<f32> {
     XorShift::new(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).uniform_vec(len, -1.0, 1.0)
 }
 
-/// A fresh seed for a test run, printed so that a failure can be replayed.
+/// The test's seed (see `gpumem::testing`: `GPUMEM_TEST_SEED` replays it).
 fn fresh_seed() -> u64 {
-    let seed = XorShift::fresh().seed();
-    println!("data seed: {seed}");
-    seed
+    rng().seed()
 }
 
 /// The test device with streams that run their work late, as a GPU's do (on cpu; a GPU's always
@@ -49,26 +48,28 @@ fn live_blocks(dev: &Device) -> u64 {
 
 #[test]
 fn upload_pinned_delivers_the_data_in_one_pinned_copy() {
-    let dev = late_device();
-    let stream = dev.stream().expect("stream");
-    let data = batch_data(fresh_seed(), 0, 3000);
-    let buf = upload_pinned(&dev, &stream, &data).expect("upload_pinned");
-    let t = dev.transfer_stats();
-    assert_eq!(t.host_to_device, copied(1, 12_000), "host-to-device copies");
-    assert_eq!(
-        t.pinned,
-        copied(1, 12_000),
-        "the copy must come from pinned memory"
-    );
-    assert_eq!(t.device_to_host, NONE);
-    assert_eq!(t.device_to_device, NONE);
-    assert_eq!(buf.len(), 3000);
-    assert_eq!(buf.device(), &*dev);
-    assert_eq!(
-        buf.to_vec().expect("read back"),
-        data,
-        "the device holds the data"
-    );
+    seeded(|| {
+        let dev = late_device();
+        let stream = dev.stream().expect("stream");
+        let data = batch_data(fresh_seed(), 0, 3000);
+        let buf = upload_pinned(&dev, &stream, &data).expect("upload_pinned");
+        let t = dev.transfer_stats();
+        assert_eq!(t.host_to_device, copied(1, 12_000), "host-to-device copies");
+        assert_eq!(
+            t.pinned,
+            copied(1, 12_000),
+            "the copy must come from pinned memory"
+        );
+        assert_eq!(t.device_to_host, NONE);
+        assert_eq!(t.device_to_device, NONE);
+        assert_eq!(buf.len(), 3000);
+        assert_eq!(buf.device(), &*dev);
+        assert_eq!(
+            buf.to_vec().expect("read back"),
+            data,
+            "the device holds the data"
+        );
+    })
 }
 
 #[test]
@@ -123,22 +124,24 @@ fn upload_pinned_reuses_the_cached_staging_block() {
 
 #[test]
 fn download_pinned_returns_the_data_in_one_pinned_copy() {
-    let dev = late_device();
-    let stream = dev.stream().expect("stream");
-    let data = batch_data(fresh_seed(), 0, 5000);
-    let buf = dev.from_slice(&data).expect("from_slice");
-    dev.reset_transfer_stats();
-    let back = download_pinned(&buf, &stream).expect("download_pinned");
-    let t = dev.transfer_stats();
-    assert_eq!(t.device_to_host, copied(1, 20_000), "device-to-host copies");
-    assert_eq!(
-        t.pinned,
-        copied(1, 20_000),
-        "the copy must go into pinned memory"
-    );
-    assert_eq!(t.host_to_device, NONE);
-    assert_eq!(t.device_to_device, NONE);
-    assert_eq!(back, data);
+    seeded(|| {
+        let dev = late_device();
+        let stream = dev.stream().expect("stream");
+        let data = batch_data(fresh_seed(), 0, 5000);
+        let buf = dev.from_slice(&data).expect("from_slice");
+        dev.reset_transfer_stats();
+        let back = download_pinned(&buf, &stream).expect("download_pinned");
+        let t = dev.transfer_stats();
+        assert_eq!(t.device_to_host, copied(1, 20_000), "device-to-host copies");
+        assert_eq!(
+            t.pinned,
+            copied(1, 20_000),
+            "the copy must go into pinned memory"
+        );
+        assert_eq!(t.host_to_device, NONE);
+        assert_eq!(t.device_to_device, NONE);
+        assert_eq!(back, data);
+    })
 }
 
 #[test]
@@ -297,36 +300,38 @@ fn host_prediction_matches_the_copy_counters() {
 
 #[test]
 fn pipeline_delivers_every_batch_intact_and_in_order() {
-    let dev = late_device();
-    let seed = fresh_seed();
-    let (batches, len) = (8, 4099);
-    let mut consumed = Vec::new();
-    pipeline(
-        &dev,
-        batches,
-        len,
-        |i, staging| {
-            assert_eq!(staging.len(), len, "a staging buffer holds one batch");
-            staging.copy_from_slice(&batch_data(seed, i, len));
-        },
-        |i, buf| {
-            assert_eq!(buf.len(), len, "batch {i} has the batch length");
-            assert_eq!(buf.device(), &*dev, "batch {i} is on the device");
-            let on_device = buf.to_vec()?;
-            assert!(
-                on_device == batch_data(seed, i, len),
-                "batch {i} arrived changed (seed {seed})"
-            );
-            consumed.push(i);
-            Ok(())
-        },
-    )
-    .expect("pipeline");
-    assert_eq!(
-        consumed,
-        (0..batches).collect::<Vec<_>>(),
-        "every batch, once, in order"
-    );
+    seeded(|| {
+        let dev = late_device();
+        let seed = fresh_seed();
+        let (batches, len) = (8, 4099);
+        let mut consumed = Vec::new();
+        pipeline(
+            &dev,
+            batches,
+            len,
+            |i, staging| {
+                assert_eq!(staging.len(), len, "a staging buffer holds one batch");
+                staging.copy_from_slice(&batch_data(seed, i, len));
+            },
+            |i, buf| {
+                assert_eq!(buf.len(), len, "batch {i} has the batch length");
+                assert_eq!(buf.device(), &*dev, "batch {i} is on the device");
+                let on_device = buf.to_vec()?;
+                assert!(
+                    on_device == batch_data(seed, i, len),
+                    "batch {i} arrived changed (seed {seed})"
+                );
+                consumed.push(i);
+                Ok(())
+            },
+        )
+        .expect("pipeline");
+        assert_eq!(
+            consumed,
+            (0..batches).collect::<Vec<_>>(),
+            "every batch, once, in order"
+        );
+    })
 }
 
 #[test]

@@ -8,16 +8,10 @@ use gpumem::Device;
 use gpumem::autograd::{self, Activation, Mlp, Tensor, mse_loss};
 use gpumem::ops::XorShift;
 use gpumem::testing::{Prediction, assert_close};
+use gpumem::testing::{rng, seeded};
 
 /// The model of the loop tests: 32 inputs, two hidden layers of 128, 4 outputs.
 const SIZES: [usize; 4] = [32, 128, 128, 4];
-
-/// A generator with a fresh seed, printed so that a failure can be reproduced.
-fn rng() -> XorShift {
-    let rng = XorShift::fresh();
-    println!("seed {}", rng.seed());
-    rng
-}
 
 fn model(dev: &Device, rng: &mut XorShift) -> anyhow::Result<Mlp> {
     Ok(Mlp::new(dev, &SIZES, Activation::Relu, rng)?)
@@ -104,166 +98,183 @@ fn check_prediction(
 
 #[test]
 fn prediction_for_relu_and_48_rows_matches_the_allocator() -> anyhow::Result<()> {
-    check_prediction(
-        48,
-        Activation::Relu,
-        ForwardMemory {
-            with_grad: 100_352,
-            without_grad: 2_048,
-        },
-    )
+    seeded(|| {
+        check_prediction(
+            48,
+            Activation::Relu,
+            ForwardMemory {
+                with_grad: 100_352,
+                without_grad: 2_048,
+            },
+        )
+    })
 }
 
 #[test]
 fn prediction_for_gelu_and_48_rows_matches_the_allocator() -> anyhow::Result<()> {
-    check_prediction(
-        48,
-        Activation::Gelu,
-        ForwardMemory {
-            with_grad: 198_656,
-            without_grad: 2_048,
-        },
-    )
+    seeded(|| {
+        check_prediction(
+            48,
+            Activation::Gelu,
+            ForwardMemory {
+                with_grad: 198_656,
+                without_grad: 2_048,
+            },
+        )
+    })
 }
 
 #[test]
 fn prediction_for_relu_and_3_rows_matches_the_allocator() -> anyhow::Result<()> {
-    check_prediction(
-        3,
-        Activation::Relu,
-        ForwardMemory {
-            with_grad: 6_656,
-            without_grad: 512,
-        },
-    )
+    seeded(|| {
+        check_prediction(
+            3,
+            Activation::Relu,
+            ForwardMemory {
+                with_grad: 6_656,
+                without_grad: 512,
+            },
+        )
+    })
 }
 
 // ---- evaluate ----
 
 #[test]
 fn evaluate_returns_the_mean_loss_and_leaves_grad_mode_as_it_was() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = model(&dev, &mut rng)?;
-    let data = batches(&dev, &mut rng, 3)?;
-    let mut want = 0.0;
-    for b in &data {
-        want += b.loss(&model)?.item()? as f64 / 3.0;
-    }
-    let got = evaluate(&model, &data)? as f64;
-    assert_close("mean loss", &[got], &[want], 1e-6);
-    assert!(
-        autograd::is_grad_enabled(),
-        "grad mode is on again after evaluate"
-    );
-    assert!(
-        model.parameters().iter().all(|p| p.grad().is_none()),
-        "no backward ran"
-    );
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = model(&dev, &mut rng)?;
+        let data = batches(&dev, &mut rng, 3)?;
+        let mut want = 0.0;
+        for b in &data {
+            want += b.loss(&model)?.item()? as f64 / 3.0;
+        }
+        let got = evaluate(&model, &data)? as f64;
+        assert_close("mean loss", &[got], &[want], 1e-6);
+        assert!(
+            autograd::is_grad_enabled(),
+            "grad mode is on again after evaluate"
+        );
+        assert!(
+            model.parameters().iter().all(|p| p.grad().is_none()),
+            "no backward ran"
+        );
+        Ok(())
+    })
 }
 
 #[test]
 fn evaluate_peaks_at_one_batch_without_a_graph() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    // Deep enough that a graph keeps more than a forward pass holds at its busiest moment: with
-    // two hidden layers the two peaks are the same, and a missing no_grad() would go unseen.
-    let deep = [32, 128, 128, 128, 128, 4];
-    let model = Mlp::<f32>::new(&dev, &deep, Activation::Relu, &mut rng)?;
-    let data = (0..4)
-        .map(|_| Batch::random(&dev, &mut rng, 16, deep[0], deep[5]))
-        .collect::<gpumem::Result<Vec<_>>>()?;
-    let start = dev.memory_allocated();
-    // One batch's loss with nothing saved: the peak evaluate must not exceed.
-    dev.reset_peak_memory_stats();
-    {
-        let _no_grad = autograd::no_grad();
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        // Deep enough that a graph keeps more than a forward pass holds at its busiest moment: with
+        // two hidden layers the two peaks are the same, and a missing no_grad() would go unseen.
+        let deep = [32, 128, 128, 128, 128, 4];
+        let model = Mlp::<f32>::new(&dev, &deep, Activation::Relu, &mut rng)?;
+        let data = (0..4)
+            .map(|_| Batch::random(&dev, &mut rng, 16, deep[0], deep[5]))
+            .collect::<gpumem::Result<Vec<_>>>()?;
+        let start = dev.memory_allocated();
+        // One batch's loss with nothing saved: the peak evaluate must not exceed.
+        dev.reset_peak_memory_stats();
+        {
+            let _no_grad = autograd::no_grad();
+            data[0].loss(&model)?.item()?;
+        }
+        let one_batch = dev.max_memory_allocated() - start;
+        // The same with the graph kept, for the message.
+        dev.reset_peak_memory_stats();
         data[0].loss(&model)?.item()?;
-    }
-    let one_batch = dev.max_memory_allocated() - start;
-    // The same with the graph kept, for the message.
-    dev.reset_peak_memory_stats();
-    data[0].loss(&model)?.item()?;
-    let with_graph = dev.max_memory_allocated() - start;
-    dev.reset_peak_memory_stats();
-    evaluate(&model, &data)?;
-    let peak = dev.max_memory_allocated() - start;
-    assert!(
-        with_graph > one_batch,
-        "the test's model keeps a graph worth seeing"
-    );
-    assert_eq!(
-        peak, one_batch,
-        "evaluate's peak above the model and data: {peak} B; one batch without a graph: \
+        let with_graph = dev.max_memory_allocated() - start;
+        dev.reset_peak_memory_stats();
+        evaluate(&model, &data)?;
+        let peak = dev.max_memory_allocated() - start;
+        assert!(
+            with_graph > one_batch,
+            "the test's model keeps a graph worth seeing"
+        );
+        assert_eq!(
+            peak, one_batch,
+            "evaluate's peak above the model and data: {peak} B; one batch without a graph: \
+    })
          {one_batch} B, with its graph: {with_graph} B"
-    );
-    assert_eq!(dev.memory_allocated(), start);
-    Ok(())
+        );
+        assert_eq!(dev.memory_allocated(), start);
+        Ok(())
+    })
 }
 
 // ---- the loss log ----
 
 #[test]
 fn loss_log_keeps_no_graph_while_the_loop_runs() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = model(&dev, &mut rng)?;
-    let data = batches(&dev, &mut rng, 6)?;
-    let start = dev.memory_allocated();
-    let mut log = LossLog::default();
-    for (step, batch) in data.iter().enumerate() {
-        let loss = batch.loss(&model)?;
-        log.record(&loss)?;
-        drop(loss);
-        assert_eq!(
-            dev.memory_allocated() - start,
-            0,
-            "after recording step {step}'s loss and dropping it, the log holds device memory"
-        );
-    }
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = model(&dev, &mut rng)?;
+        let data = batches(&dev, &mut rng, 6)?;
+        let start = dev.memory_allocated();
+        let mut log = LossLog::default();
+        for (step, batch) in data.iter().enumerate() {
+            let loss = batch.loss(&model)?;
+            log.record(&loss)?;
+            drop(loss);
+            assert_eq!(
+                dev.memory_allocated() - start,
+                0,
+                "after recording step {step}'s loss and dropping it, the log holds device memory"
+            );
+        }
+        Ok(())
+    })
 }
 
 #[test]
 fn loss_log_mean_is_the_mean_of_the_losses_and_backward_still_works() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = model(&dev, &mut rng)?;
-    let data = batches(&dev, &mut rng, 4)?;
-    let mut log = LossLog::default();
-    let mut want = 0.0f64;
-    for batch in &data {
-        let loss = batch.loss(&model)?;
-        log.record(&loss)?;
-        want += loss.item()? as f64 / 4.0;
-        loss.backward()?;
-        model.sgd_step(0.01)?;
-        model.zero_grad();
-    }
-    assert_close("mean loss", &[log.mean() as f64], &[want], 1e-6);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = model(&dev, &mut rng)?;
+        let data = batches(&dev, &mut rng, 4)?;
+        let mut log = LossLog::default();
+        let mut want = 0.0f64;
+        for batch in &data {
+            let loss = batch.loss(&model)?;
+            log.record(&loss)?;
+            want += loss.item()? as f64 / 4.0;
+            loss.backward()?;
+            model.sgd_step(0.01)?;
+            model.zero_grad();
+        }
+        assert_close("mean loss", &[log.mean() as f64], &[want], 1e-6);
+        Ok(())
+    })
 }
 
 // ---- retain_graph ----
 
 #[test]
 fn backward_twice_gives_the_gradient_of_the_sum() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = model(&dev, &mut rng)?;
-    let b = Batch::random(&dev, &mut rng, 16, SIZES[0], SIZES[3])?;
-    let t2 = Tensor::uniform(&dev, &[16, SIZES[3]], -1.0, 1.0, &mut rng)?;
-    let out = model.forward(&b.x)?;
-    mse_loss(&out, &b.t)?
-        .add(&mse_loss(&out, &t2)?)?
-        .backward()?;
-    let want: Vec<f64> = grads(&model)?;
-    model.zero_grad();
-    drop(out);
-    backward_twice(&model, &b.x, &b.t, &t2)?;
-    assert_close("gradients", &grads(&model)?, &want, 1e-5);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = model(&dev, &mut rng)?;
+        let b = Batch::random(&dev, &mut rng, 16, SIZES[0], SIZES[3])?;
+        let t2 = Tensor::uniform(&dev, &[16, SIZES[3]], -1.0, 1.0, &mut rng)?;
+        let out = model.forward(&b.x)?;
+        mse_loss(&out, &b.t)?
+            .add(&mse_loss(&out, &t2)?)?
+            .backward()?;
+        let want: Vec<f64> = grads(&model)?;
+        model.zero_grad();
+        drop(out);
+        backward_twice(&model, &b.x, &b.t, &t2)?;
+        assert_close("gradients", &grads(&model)?, &want, 1e-5);
+        Ok(())
+    })
 }
 
 fn grads(model: &Mlp) -> anyhow::Result<Vec<f64>> {
@@ -279,26 +290,28 @@ fn grads(model: &Mlp) -> anyhow::Result<Vec<f64>> {
 
 #[test]
 fn backward_twice_frees_the_graph_with_the_second_backward() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = model(&dev, &mut rng)?;
-    let b = Batch::random(&dev, &mut rng, 16, SIZES[0], SIZES[3])?;
-    let t2 = Tensor::uniform(&dev, &[16, SIZES[3]], -1.0, 1.0, &mut rng)?;
-    let start = dev.memory_allocated();
-    let out = backward_twice(&model, &b.x, &b.t, &t2)?;
-    assert_eq!(
-        out.graph_saved_bytes(),
-        0,
-        "the output's graph still holds saved tensors"
-    );
-    let gradient_blocks: u64 = model
-        .parameters()
-        .iter()
-        .map(|p| p.data().block_bytes() as u64)
-        .sum();
-    // Left: the gradients and the output's own block (16 × 4 f32: 512 B).
-    assert_eq!(dev.memory_allocated() - start, gradient_blocks + 512);
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = model(&dev, &mut rng)?;
+        let b = Batch::random(&dev, &mut rng, 16, SIZES[0], SIZES[3])?;
+        let t2 = Tensor::uniform(&dev, &[16, SIZES[3]], -1.0, 1.0, &mut rng)?;
+        let start = dev.memory_allocated();
+        let out = backward_twice(&model, &b.x, &b.t, &t2)?;
+        assert_eq!(
+            out.graph_saved_bytes(),
+            0,
+            "the output's graph still holds saved tensors"
+        );
+        let gradient_blocks: u64 = model
+            .parameters()
+            .iter()
+            .map(|p| p.data().block_bytes() as u64)
+            .sum();
+        // Left: the gradients and the output's own block (16 × 4 f32: 512 B).
+        assert_eq!(dev.memory_allocated() - start, gradient_blocks + 512);
+        Ok(())
+    })
 }
 
 // ---- the source's example, corrected ----

@@ -7,20 +7,13 @@ use ch09_checkpointing::{
 use ch09_predict::{CostPrediction, predict_cost};
 use gpumem::Device;
 use gpumem::autograd::{self, Mlp, Tensor, checkpoint_sequential, mse_loss};
-use gpumem::ops::XorShift;
 use gpumem::testing::Prediction;
+use gpumem::testing::{rng, seeded};
 
 /// One hidden activation: 256 × 64 f32 (64 KiB).
 const ACTIVATION: u64 = (ROWS * WIDTH * 4) as u64;
 /// The output (256 × 8 f32, which mse_loss saves) and the loss (one f32 in a 512 B block).
 const OUTPUT_AND_LOSS: u64 = 8192 + 512;
-
-/// A generator with a fresh seed, printed so that a failure can be reproduced.
-fn rng() -> XorShift {
-    let rng = XorShift::fresh();
-    println!("seed {}", rng.seed());
-    rng
-}
 
 fn model_and_batch(dev: &Device, depth: usize) -> anyhow::Result<(Mlp, Batch)> {
     let mut rng = rng();
@@ -86,22 +79,24 @@ fn segment_ranges_follow_torchs_rule() -> anyhow::Result<()> {
 
 #[test]
 fn segment_ranges_predict_the_recomputation_checkpoint_sequential_does() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    for (depth, segments) in [(8, 3), (10, 4), (9, 9), (7, 1)] {
-        let (model, batch) = model_and_batch(&dev, depth)?;
-        let cost = measure(&dev, &model, &batch, segments)?;
-        let ranges = segment_ranges(depth, segments)?;
-        let checkpointed: usize = ranges[..ranges.len() - 1].iter().map(|r| r.len()).sum();
-        assert_eq!(
-            cost.linear_forwards,
-            (depth + checkpointed) as u64,
-            "{depth} layers in {segments} segments: every layer ran once, and the layers of \
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        for (depth, segments) in [(8, 3), (10, 4), (9, 9), (7, 1)] {
+            let (model, batch) = model_and_batch(&dev, depth)?;
+            let cost = measure(&dev, &model, &batch, segments)?;
+            let ranges = segment_ranges(depth, segments)?;
+            let checkpointed: usize = ranges[..ranges.len() - 1].iter().map(|r| r.len()).sum();
+            assert_eq!(
+                cost.linear_forwards,
+                (depth + checkpointed) as u64,
+                "{depth} layers in {segments} segments: every layer ran once, and the layers of \
              the checkpointed segments (all but the last of {ranges:?}) once more"
-        );
-        let covered: usize = ranges.iter().map(|r| r.len()).sum();
-        assert_eq!(covered, depth, "the ranges cover every layer once");
-    }
-    Ok(())
+            );
+            let covered: usize = ranges.iter().map(|r| r.len()).sum();
+            assert_eq!(covered, depth, "the ranges cover every layer once");
+        }
+        Ok(())
+    })
 }
 
 #[test]
@@ -122,138 +117,146 @@ fn segment_ranges_reject_zero_and_too_many_segments() {
 #[test]
 fn checkpointed_loss_gives_the_same_loss_and_gradients_for_every_segment_count()
 -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let (model, batch) = model_and_batch(&dev, 8)?;
-    let plain_loss = mse_loss(&model.forward(&batch.x)?, &batch.t)?;
-    let plain_value = plain_loss.item()?;
-    plain_loss.backward()?;
-    let plain = grads(&model.parameters())?;
-    let start = dev.memory_allocated();
-    for segments in [1, 2, 4, 8] {
-        model.zero_grad();
-        let loss = checkpointed_loss(&model, &batch, segments)?;
-        assert_eq!(loss.item()?, plain_value, "{segments} segments: the loss");
-        loss.backward()?;
-        drop(loss);
-        assert_eq!(
-            grads(&model.parameters())?,
-            plain,
-            "{segments} segments: the same gradients, bit for bit"
-        );
-        let gradients: u64 = model
-            .parameters()
-            .iter()
-            .filter_map(|p| p.grad())
-            .map(|g| g.data().block_bytes() as u64)
-            .sum();
-        model.zero_grad();
-        assert!(gradients > 0);
-        assert_eq!(
-            dev.memory_allocated(),
-            start - gradients,
-            "{segments} segments: after backward and zero_grad, nothing is left but the model \
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let (model, batch) = model_and_batch(&dev, 8)?;
+        let plain_loss = mse_loss(&model.forward(&batch.x)?, &batch.t)?;
+        let plain_value = plain_loss.item()?;
+        plain_loss.backward()?;
+        let plain = grads(&model.parameters())?;
+        let start = dev.memory_allocated();
+        for segments in [1, 2, 4, 8] {
+            model.zero_grad();
+            let loss = checkpointed_loss(&model, &batch, segments)?;
+            assert_eq!(loss.item()?, plain_value, "{segments} segments: the loss");
+            loss.backward()?;
+            drop(loss);
+            assert_eq!(
+                grads(&model.parameters())?,
+                plain,
+                "{segments} segments: the same gradients, bit for bit"
+            );
+            let gradients: u64 = model
+                .parameters()
+                .iter()
+                .filter_map(|p| p.grad())
+                .map(|g| g.data().block_bytes() as u64)
+                .sum();
+            model.zero_grad();
+            assert!(gradients > 0);
+            assert_eq!(
+                dev.memory_allocated(),
+                start - gradients,
+                "{segments} segments: after backward and zero_grad, nothing is left but the model \
              and the batch"
-        );
-    }
-    Ok(())
+            );
+        }
+        Ok(())
+    })
 }
 
 #[test]
 fn checkpointed_loss_in_four_segments_keeps_six_activations_of_fifteen() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let (model, batch) = model_and_batch(&dev, 16)?;
-    let start = dev.memory_allocated();
-    let plain = checkpointed_loss(&model, &batch, 1)?;
-    let kept_plain = dev.memory_allocated() - start;
-    let mut plain_nodes = plain.graph_nodes();
-    drop(plain);
-    assert_eq!(kept_plain, 15 * ACTIVATION + OUTPUT_AND_LOSS, "one segment");
-    let loss = checkpointed_loss(&model, &batch, 4)?;
-    let kept = dev.memory_allocated() - start;
-    // Three segment boundaries, and the three hidden activations of the last segment.
-    assert_eq!(kept, 6 * ACTIVATION + OUTPUT_AND_LOSS, "four segments");
-    // torch 2.15's use_reentrant=False keeps every node inside a checkpointed segment (what they
-    // save is a placeholder): the graph has the same nodes as the plain one.
-    let mut nodes = loss.graph_nodes();
-    nodes.sort_unstable();
-    plain_nodes.sort_unstable();
-    assert_eq!(nodes, plain_nodes, "the same nodes as without checkpoints");
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let (model, batch) = model_and_batch(&dev, 16)?;
+        let start = dev.memory_allocated();
+        let plain = checkpointed_loss(&model, &batch, 1)?;
+        let kept_plain = dev.memory_allocated() - start;
+        let mut plain_nodes = plain.graph_nodes();
+        drop(plain);
+        assert_eq!(kept_plain, 15 * ACTIVATION + OUTPUT_AND_LOSS, "one segment");
+        let loss = checkpointed_loss(&model, &batch, 4)?;
+        let kept = dev.memory_allocated() - start;
+        // Three segment boundaries, and the three hidden activations of the last segment.
+        assert_eq!(kept, 6 * ACTIVATION + OUTPUT_AND_LOSS, "four segments");
+        // torch 2.15's use_reentrant=False keeps every node inside a checkpointed segment (what they
+        // save is a placeholder): the graph has the same nodes as the plain one.
+        let mut nodes = loss.graph_nodes();
+        nodes.sort_unstable();
+        plain_nodes.sort_unstable();
+        assert_eq!(nodes, plain_nodes, "the same nodes as without checkpoints");
+        Ok(())
+    })
 }
 
 // ---- measuring a step ----
 
 #[test]
 fn measure_step_reports_the_allocators_numbers() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let (model, batch) = model_and_batch(&dev, 16)?;
-    // The same sizes in the same order give the same blocks on any device.
-    for (segments, want) in [
-        (
-            1,
-            StepCost {
-                after_forward: 15 * ACTIVATION + OUTPUT_AND_LOSS,
-                peak: 1_117_184,
-                linear_forwards: 16,
-            },
-        ),
-        (
-            4,
-            StepCost {
-                after_forward: 6 * ACTIVATION + OUTPUT_AND_LOSS,
-                peak: 664_576,
-                linear_forwards: 28,
-            },
-        ),
-        (
-            16,
-            StepCost {
-                after_forward: 15 * ACTIVATION + OUTPUT_AND_LOSS,
-                peak: 1_199_616,
-                linear_forwards: 31,
-            },
-        ),
-    ] {
-        let got = measure_step(&model, &batch, segments)?;
-        assert_eq!(
-            got,
-            measure(&dev, &model, &batch, segments)?,
-            "{segments} segments"
-        );
-        assert_eq!(got, want, "{segments} segments");
-    }
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let (model, batch) = model_and_batch(&dev, 16)?;
+        // The same sizes in the same order give the same blocks on any device.
+        for (segments, want) in [
+            (
+                1,
+                StepCost {
+                    after_forward: 15 * ACTIVATION + OUTPUT_AND_LOSS,
+                    peak: 1_117_184,
+                    linear_forwards: 16,
+                },
+            ),
+            (
+                4,
+                StepCost {
+                    after_forward: 6 * ACTIVATION + OUTPUT_AND_LOSS,
+                    peak: 664_576,
+                    linear_forwards: 28,
+                },
+            ),
+            (
+                16,
+                StepCost {
+                    after_forward: 15 * ACTIVATION + OUTPUT_AND_LOSS,
+                    peak: 1_199_616,
+                    linear_forwards: 31,
+                },
+            ),
+        ] {
+            let got = measure_step(&model, &batch, segments)?;
+            assert_eq!(
+                got,
+                measure(&dev, &model, &batch, segments)?,
+                "{segments} segments"
+            );
+            assert_eq!(got, want, "{segments} segments");
+        }
+        Ok(())
+    })
 }
 
 #[test]
 fn measure_step_leaves_the_gradients_and_repeats_exactly() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let (model, batch) = model_and_batch(&dev, 9)?;
-    let start = dev.memory_allocated();
-    let first = measure_step(&model, &batch, 3)?;
-    let gradients: u64 = model
-        .parameters()
-        .iter()
-        .map(|p| p.grad().map_or(0, |g| g.data().block_bytes() as u64))
-        .sum();
-    assert_eq!(
-        gradients,
-        model
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let (model, batch) = model_and_batch(&dev, 9)?;
+        let start = dev.memory_allocated();
+        let first = measure_step(&model, &batch, 3)?;
+        let gradients: u64 = model
             .parameters()
             .iter()
-            .map(|p| p.data().block_bytes() as u64)
-            .sum::<u64>(),
-        "every parameter has a gradient"
-    );
-    assert_eq!(
-        dev.memory_allocated() - start,
-        gradients,
-        "after the step only the gradients are left"
-    );
-    // A second step on a device whose peak is already higher, with old gradients to drop.
-    let second = measure_step(&model, &batch, 3)?;
-    assert_eq!(second, first, "the same step measures the same");
-    Ok(())
+            .map(|p| p.grad().map_or(0, |g| g.data().block_bytes() as u64))
+            .sum();
+        assert_eq!(
+            gradients,
+            model
+                .parameters()
+                .iter()
+                .map(|p| p.data().block_bytes() as u64)
+                .sum::<u64>(),
+            "every parameter has a gradient"
+        );
+        assert_eq!(
+            dev.memory_allocated() - start,
+            gradients,
+            "after the step only the gradients are left"
+        );
+        // A second step on a device whose peak is already higher, with old gradients to drop.
+        let second = measure_step(&model, &batch, 3)?;
+        assert_eq!(second, first, "the same step measures the same");
+        Ok(())
+    })
 }
 
 // ---- predict, then measure ----
@@ -306,38 +309,44 @@ fn check_prediction(depth: usize, segments: usize, want: CostPrediction) -> anyh
 
 #[test]
 fn prediction_for_16_layers_in_1_segment_matches_the_allocator() -> anyhow::Result<()> {
-    check_prediction(
-        16,
-        1,
-        CostPrediction {
-            after_forward: 991_744,
-            linear_forwards: 16,
-        },
-    )
+    seeded(|| {
+        check_prediction(
+            16,
+            1,
+            CostPrediction {
+                after_forward: 991_744,
+                linear_forwards: 16,
+            },
+        )
+    })
 }
 
 #[test]
 fn prediction_for_16_layers_in_4_segments_matches_the_allocator() -> anyhow::Result<()> {
-    check_prediction(
-        16,
-        4,
-        CostPrediction {
-            after_forward: 401_920,
-            linear_forwards: 28,
-        },
-    )
+    seeded(|| {
+        check_prediction(
+            16,
+            4,
+            CostPrediction {
+                after_forward: 401_920,
+                linear_forwards: 28,
+            },
+        )
+    })
 }
 
 #[test]
 fn prediction_for_10_layers_in_3_segments_matches_the_allocator() -> anyhow::Result<()> {
-    check_prediction(
-        10,
-        3,
-        CostPrediction {
-            after_forward: 336_384,
-            linear_forwards: 16,
-        },
-    )
+    seeded(|| {
+        check_prediction(
+            10,
+            3,
+            CostPrediction {
+                after_forward: 336_384,
+                linear_forwards: 16,
+            },
+        )
+    })
 }
 
 // ---- the source's example ----
@@ -345,84 +354,88 @@ fn prediction_for_10_layers_in_3_segments_matches_the_allocator() -> anyhow::Res
 #[test]
 fn forward_checkpointed_gives_the_plain_gradients_where_late_binding_does_not() -> anyhow::Result<()>
 {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let model = SourceModel::new(&dev, 6, &mut rng)?;
-    let x = Tensor::uniform(&dev, &[32, WIDTH], -1.0, 1.0, &mut rng)?;
-    let t = Tensor::uniform(&dev, &[32, WIDTH], -1.0, 1.0, &mut rng)?;
-    // The output's values, every parameter's gradient (zeros where there is none), and how
-    // many parameters got one.
-    let step = |out: Tensor| -> anyhow::Result<(Vec<f32>, Vec<f32>, usize)> {
-        let values = out.to_vec()?;
-        mse_loss(&out, &t)?.backward()?;
-        let mut g = Vec::new();
-        let mut with_grad = 0;
-        for p in model.parameters() {
-            match p.grad() {
-                Some(grad) => {
-                    g.extend(grad.to_vec()?);
-                    with_grad += 1;
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let model = SourceModel::new(&dev, 6, &mut rng)?;
+        let x = Tensor::uniform(&dev, &[32, WIDTH], -1.0, 1.0, &mut rng)?;
+        let t = Tensor::uniform(&dev, &[32, WIDTH], -1.0, 1.0, &mut rng)?;
+        // The output's values, every parameter's gradient (zeros where there is none), and how
+        // many parameters got one.
+        let step = |out: Tensor| -> anyhow::Result<(Vec<f32>, Vec<f32>, usize)> {
+            let values = out.to_vec()?;
+            mse_loss(&out, &t)?.backward()?;
+            let mut g = Vec::new();
+            let mut with_grad = 0;
+            for p in model.parameters() {
+                match p.grad() {
+                    Some(grad) => {
+                        g.extend(grad.to_vec()?);
+                        with_grad += 1;
+                    }
+                    None => g.extend(vec![0.0; p.numel()]),
                 }
-                None => g.extend(vec![0.0; p.numel()]),
+                p.clear_grad();
             }
-            p.clear_grad();
-        }
-        Ok((values, g, with_grad))
-    };
-    let (plain_out, plain, _) = step(model.forward(&x)?)?;
-    let (out, got, with_grad) = step(model.forward_checkpointed(&x)?)?;
-    assert_eq!(out, plain_out, "the forward pass");
-    assert_eq!(with_grad, 12, "every weight and bias has a gradient");
-    assert_eq!(got, plain, "the gradients, bit for bit");
-    // The bug, for comparison: the forward is right; every recomputation runs the last layer, so
-    // backward reaches only its weight and bias.
-    let (late_out, late, late_with_grad) = step(model.forward_late_binding(&x)?)?;
-    assert_eq!(late_out, plain_out);
-    assert_eq!(late_with_grad, 2);
-    assert_ne!(late, plain);
-    Ok(())
+            Ok((values, g, with_grad))
+        };
+        let (plain_out, plain, _) = step(model.forward(&x)?)?;
+        let (out, got, with_grad) = step(model.forward_checkpointed(&x)?)?;
+        assert_eq!(out, plain_out, "the forward pass");
+        assert_eq!(with_grad, 12, "every weight and bias has a gradient");
+        assert_eq!(got, plain, "the gradients, bit for bit");
+        // The bug, for comparison: the forward is right; every recomputation runs the last layer, so
+        // backward reaches only its weight and bias.
+        let (late_out, late, late_with_grad) = step(model.forward_late_binding(&x)?)?;
+        assert_eq!(late_out, plain_out);
+        assert_eq!(late_with_grad, 2);
+        assert_ne!(late, plain);
+        Ok(())
+    })
 }
 
 #[test]
 fn forward_checkpointed_keeps_what_the_plain_forward_keeps_and_recomputes_every_layer()
 -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut rng = rng();
-    let depth = 10;
-    let model = SourceModel::new(&dev, depth, &mut rng)?;
-    let x = Tensor::uniform(&dev, &[ROWS, WIDTH], -1.0, 1.0, &mut rng)?;
-    let start = dev.memory_allocated();
-    let plain = model.forward(&x)?;
-    let kept_plain = dev.memory_allocated() - start;
-    let mut plain_nodes = plain.graph_nodes();
-    drop(plain);
-    assert_eq!(
-        kept_plain,
-        depth as u64 * ACTIVATION,
-        "plain: each ReLU output (the last is the result)"
-    );
-    let linears = autograd::forward_ops("linear");
-    let out = model.forward_checkpointed(&x)?;
-    assert_eq!(
-        dev.memory_allocated() - start,
-        kept_plain,
-        "one layer per checkpoint keeps each layer's input: what the plain forward keeps"
-    );
-    let mut nodes = out.graph_nodes();
-    nodes.sort_unstable();
-    plain_nodes.sort_unstable();
-    assert_eq!(
-        nodes, plain_nodes,
-        "torch 2.15's use_reentrant=False keeps the nodes inside each checkpoint"
-    );
-    out.sum()?.backward()?;
-    assert_eq!(
-        autograd::forward_ops("linear") - linears,
-        2 * depth as u64,
-        "every layer ran twice: once forward, once recomputed in backward"
-    );
-    for (i, layer) in model.layers.iter().enumerate() {
-        assert!(layer.weight.grad().is_some(), "layer {i} has a gradient");
-    }
-    Ok(())
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut rng = rng();
+        let depth = 10;
+        let model = SourceModel::new(&dev, depth, &mut rng)?;
+        let x = Tensor::uniform(&dev, &[ROWS, WIDTH], -1.0, 1.0, &mut rng)?;
+        let start = dev.memory_allocated();
+        let plain = model.forward(&x)?;
+        let kept_plain = dev.memory_allocated() - start;
+        let mut plain_nodes = plain.graph_nodes();
+        drop(plain);
+        assert_eq!(
+            kept_plain,
+            depth as u64 * ACTIVATION,
+            "plain: each ReLU output (the last is the result)"
+        );
+        let linears = autograd::forward_ops("linear");
+        let out = model.forward_checkpointed(&x)?;
+        assert_eq!(
+            dev.memory_allocated() - start,
+            kept_plain,
+            "one layer per checkpoint keeps each layer's input: what the plain forward keeps"
+        );
+        let mut nodes = out.graph_nodes();
+        nodes.sort_unstable();
+        plain_nodes.sort_unstable();
+        assert_eq!(
+            nodes, plain_nodes,
+            "torch 2.15's use_reentrant=False keeps the nodes inside each checkpoint"
+        );
+        out.sum()?.backward()?;
+        assert_eq!(
+            autograd::forward_ops("linear") - linears,
+            2 * depth as u64,
+            "every layer ran twice: once forward, once recomputed in backward"
+        );
+        for (i, layer) in model.layers.iter().enumerate() {
+            assert!(layer.weight.grad().is_some(), "layer {i} has a gradient");
+        }
+        Ok(())
+    })
 }

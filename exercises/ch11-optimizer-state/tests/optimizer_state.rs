@@ -8,15 +8,8 @@ use ch11_predict::{
 };
 use gpumem::Device;
 use gpumem::autograd::{Activation, Mlp, Tensor, no_grad};
-use gpumem::ops::XorShift;
 use gpumem::testing::{Prediction, assert_close, device};
-
-/// A generator with a fresh seed, printed so that a failure can be reproduced.
-fn rng() -> XorShift {
-    let rng = XorShift::fresh();
-    println!("seed {}", rng.seed());
-    rng
-}
+use gpumem::testing::{rng, seeded};
 
 fn setup(dev: &Device, sizes: &[usize]) -> anyhow::Result<(Mlp, Batch)> {
     let mut rng = rng();
@@ -80,22 +73,22 @@ fn check_state(kind: Kind, sizes: &[usize], want: u64) -> anyhow::Result<()> {
 
 #[test]
 fn state_prediction_for_sgd_matches_the_allocator() -> anyhow::Result<()> {
-    check_state(Kind::Sgd, &SIZES, 0)
+    seeded(|| check_state(Kind::Sgd, &SIZES, 0))
 }
 
 #[test]
 fn state_prediction_for_momentum_matches_the_allocator() -> anyhow::Result<()> {
-    check_state(Kind::SgdMomentum, &SIZES, 406_016)
+    seeded(|| check_state(Kind::SgdMomentum, &SIZES, 406_016))
 }
 
 #[test]
 fn state_prediction_for_adam_matches_the_allocator() -> anyhow::Result<()> {
-    check_state(Kind::Adam, &SIZES, 812_032)
+    seeded(|| check_state(Kind::Adam, &SIZES, 812_032))
 }
 
 #[test]
 fn state_prediction_for_adam_on_a_tiny_model_matches_the_allocator() -> anyhow::Result<()> {
-    check_state(Kind::Adam, &[3, 5, 2], 8 * 512)
+    seeded(|| check_state(Kind::Adam, &[3, 5, 2], 8 * 512))
 }
 
 // ---- predict the step ----
@@ -150,38 +143,44 @@ fn check_step(kind: Kind, want: StepMemory) -> anyhow::Result<()> {
 
 #[test]
 fn step_prediction_for_sgd_matches_the_allocator() -> anyhow::Result<()> {
-    check_step(
-        Kind::Sgd,
-        StepMemory {
-            state: 0,
-            step_peak: 406_016,
-            peak_phase: Phase::Backward,
-        },
-    )
+    seeded(|| {
+        check_step(
+            Kind::Sgd,
+            StepMemory {
+                state: 0,
+                step_peak: 406_016,
+                peak_phase: Phase::Backward,
+            },
+        )
+    })
 }
 
 #[test]
 fn step_prediction_for_momentum_matches_the_allocator() -> anyhow::Result<()> {
-    check_step(
-        Kind::SgdMomentum,
-        StepMemory {
-            state: 406_016,
-            step_peak: 812_032,
-            peak_phase: Phase::Step,
-        },
-    )
+    seeded(|| {
+        check_step(
+            Kind::SgdMomentum,
+            StepMemory {
+                state: 406_016,
+                step_peak: 812_032,
+                peak_phase: Phase::Step,
+            },
+        )
+    })
 }
 
 #[test]
 fn step_prediction_for_adam_matches_the_allocator() -> anyhow::Result<()> {
-    check_step(
-        Kind::Adam,
-        StepMemory {
-            state: 812_032,
-            step_peak: 1_624_064,
-            peak_phase: Phase::Step,
-        },
-    )
+    seeded(|| {
+        check_step(
+            Kind::Adam,
+            StepMemory {
+                state: 812_032,
+                step_peak: 1_624_064,
+                peak_phase: Phase::Step,
+            },
+        )
+    })
 }
 
 // ---- train_step and zero_grad ----
@@ -241,67 +240,71 @@ fn check_train_step(kind: Kind, set_to_none: bool) -> anyhow::Result<()> {
 
 #[test]
 fn train_step_with_set_to_none_frees_the_gradients() -> anyhow::Result<()> {
-    check_train_step(Kind::Adam, true)
+    seeded(|| check_train_step(Kind::Adam, true))
 }
 
 #[test]
 fn train_step_without_set_to_none_keeps_zeroed_gradients() -> anyhow::Result<()> {
-    check_train_step(Kind::SgdMomentum, false)
+    seeded(|| check_train_step(Kind::SgdMomentum, false))
 }
 
 // ---- relu in place ----
 
 #[test]
 fn relu_in_place_gives_the_same_output_and_gradients() -> anyhow::Result<()> {
-    let dev = device();
-    let (model, batch) = setup(&dev, &SIZES)?;
-    let mut results = Vec::new();
-    for in_place in [false, true] {
-        let out = if in_place {
-            forward_relu_in_place(&model, &batch.x)?
-        } else {
-            model.forward(&batch.x)?
-        };
-        let values: Vec<f64> = out.to_f32_vec()?.iter().map(|&v| v as f64).collect();
-        gpumem::autograd::mse_loss(&out, &batch.t)?.backward()?;
-        let grads: Vec<f64> = model
-            .parameters()
-            .iter()
-            .flat_map(|p| p.grad().unwrap().to_f32_vec().unwrap())
-            .map(|v| v as f64)
-            .collect();
-        model.zero_grad();
-        results.push((values, grads));
-    }
-    assert_close("output", &results[1].0, &results[0].0, 0.0);
-    assert_close("gradients", &results[1].1, &results[0].1, 0.0);
-    Ok(())
+    seeded(|| {
+        let dev = device();
+        let (model, batch) = setup(&dev, &SIZES)?;
+        let mut results = Vec::new();
+        for in_place in [false, true] {
+            let out = if in_place {
+                forward_relu_in_place(&model, &batch.x)?
+            } else {
+                model.forward(&batch.x)?
+            };
+            let values: Vec<f64> = out.to_f32_vec()?.iter().map(|&v| v as f64).collect();
+            gpumem::autograd::mse_loss(&out, &batch.t)?.backward()?;
+            let grads: Vec<f64> = model
+                .parameters()
+                .iter()
+                .flat_map(|p| p.grad().unwrap().to_f32_vec().unwrap())
+                .map(|v| v as f64)
+                .collect();
+            model.zero_grad();
+            results.push((values, grads));
+        }
+        assert_close("output", &results[1].0, &results[0].0, 0.0);
+        assert_close("gradients", &results[1].1, &results[0].1, 0.0);
+        Ok(())
+    })
 }
 
 #[test]
 fn relu_in_place_peaks_at_what_the_graph_keeps() -> anyhow::Result<()> {
-    let dev = device();
-    let (model, batch) = setup(&dev, &SIZES)?;
-    let start = dev.memory_allocated();
-    let mut measured = Vec::new();
-    for in_place in [false, true] {
-        dev.reset_peak_memory_stats();
-        let out = if in_place {
-            forward_relu_in_place(&model, &batch.x)?
-        } else {
-            model.forward(&batch.x)?
-        };
-        measured.push((
-            dev.memory_allocated() - start,
-            dev.max_memory_allocated() - start,
-        ));
-        drop(out);
-    }
-    // (kept, peak). Kept: two hidden activations (65,536 B each) and the output (2,560 B), both
-    // ways. Out of place, the peak is at the second layer: its input, its pre-activation and its
-    // ReLU's result, three hidden blocks at once; in place, the pre-activation is the result.
-    assert_eq!(measured, vec![(133_632, 196_608), (133_632, 133_632)]);
-    Ok(())
+    seeded(|| {
+        let dev = device();
+        let (model, batch) = setup(&dev, &SIZES)?;
+        let start = dev.memory_allocated();
+        let mut measured = Vec::new();
+        for in_place in [false, true] {
+            dev.reset_peak_memory_stats();
+            let out = if in_place {
+                forward_relu_in_place(&model, &batch.x)?
+            } else {
+                model.forward(&batch.x)?
+            };
+            measured.push((
+                dev.memory_allocated() - start,
+                dev.max_memory_allocated() - start,
+            ));
+            drop(out);
+        }
+        // (kept, peak). Kept: two hidden activations (65,536 B each) and the output (2,560 B), both
+        // ways. Out of place, the peak is at the second layer: its input, its pre-activation and its
+        // ReLU's result, three hidden blocks at once; in place, the pre-activation is the result.
+        assert_eq!(measured, vec![(133_632, 196_608), (133_632, 133_632)]);
+        Ok(())
+    })
 }
 
 // ---- the source's example ----

@@ -7,8 +7,8 @@ use ch12_transformer_activations::{
 use gpumem::Device;
 use gpumem::autograd::{AttentionBackend, GptLayer, LayerPlan};
 use gpumem::bf16;
-use gpumem::ops::XorShift;
 use gpumem::testing::Prediction;
+use gpumem::testing::{rng, seeded};
 
 /// `s·b·h·(34 + 5·a·s/h)`, in integers.
 fn formula(sh: Shape) -> u64 {
@@ -39,13 +39,6 @@ fn plans() -> [(&'static str, LayerPlan); 4] {
             },
         ),
     ]
-}
-
-/// A generator with a fresh seed, printed so that a failure can be reproduced.
-fn rng() -> XorShift {
-    let rng = XorShift::fresh();
-    println!("seed {}", rng.seed());
-    rng
 }
 
 /// The test's own measurement, with gpumem's reference forward.
@@ -105,86 +98,94 @@ fn paper_terms_are_the_fifteen_saved_tensors_in_order() {
 
 #[test]
 fn layer_forward_computes_gpumems_reference_bit_for_bit() {
-    let dev = gpumem::testing::device();
-    let sh = shape(16, 2, 32, 4);
-    let layer = layer_of(&dev, sh);
-    let x = layer_input(&dev, sh, &mut rng()).unwrap();
-    for (what, plan) in plans() {
-        let before = dev.memory_allocated();
-        let want = layer.forward(&x, &plan).unwrap();
-        let want_kept = dev.memory_allocated() - before;
-        let got = layer_forward(&layer, &x, &plan).unwrap();
-        let got_kept = dev.memory_allocated() - before - want_kept;
-        assert_eq!(
-            got_kept, want_kept,
-            "{what}: the bytes the layer keeps for backward (the plan's checkpoint_core, stats \
-             and backend each change them)"
-        );
-        assert_eq!(got.shape(), want.shape(), "{what}: shape");
-        assert_eq!(
-            got.graph_nodes(),
-            want.graph_nodes(),
-            "{what}: the graph's nodes"
-        );
-        assert!(
-            got.to_vec().unwrap() == want.to_vec().unwrap(),
-            "{what}: the values differ"
-        );
-    }
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let sh = shape(16, 2, 32, 4);
+        let layer = layer_of(&dev, sh);
+        let x = layer_input(&dev, sh, &mut rng()).unwrap();
+        for (what, plan) in plans() {
+            let before = dev.memory_allocated();
+            let want = layer.forward(&x, &plan).unwrap();
+            let want_kept = dev.memory_allocated() - before;
+            let got = layer_forward(&layer, &x, &plan).unwrap();
+            let got_kept = dev.memory_allocated() - before - want_kept;
+            assert_eq!(
+                got_kept, want_kept,
+                "{what}: the bytes the layer keeps for backward (the plan's checkpoint_core, stats \
+                 and backend each change them)"
+            );
+            assert_eq!(got.shape(), want.shape(), "{what}: shape");
+            assert_eq!(
+                got.graph_nodes(),
+                want.graph_nodes(),
+                "{what}: the graph's nodes"
+            );
+            assert!(
+                got.to_vec().unwrap() == want.to_vec().unwrap(),
+                "{what}: the values differ"
+            );
+        }
+    })
 }
 
 #[test]
 fn layer_forward_backpropagates_to_every_parameter_and_frees_what_it_kept() {
-    let dev = gpumem::testing::device();
-    let sh = shape(8, 2, 16, 2);
-    let layer = layer_of(&dev, sh);
-    let x = layer_input(&dev, sh, &mut rng()).unwrap();
-    let before = dev.memory_allocated();
-    for (what, plan) in plans() {
-        let loss = layer_forward(&layer, &x, &plan).unwrap().sum().unwrap();
-        loss.backward().unwrap();
-        drop(loss);
-        for p in layer.parameters().iter().chain([&x]) {
-            assert!(
-                p.grad().is_some(),
-                "{what}: a parameter or the input has no gradient"
-            );
-            p.clear_grad();
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let sh = shape(8, 2, 16, 2);
+        let layer = layer_of(&dev, sh);
+        let x = layer_input(&dev, sh, &mut rng()).unwrap();
+        let before = dev.memory_allocated();
+        for (what, plan) in plans() {
+            let loss = layer_forward(&layer, &x, &plan).unwrap().sum().unwrap();
+            loss.backward().unwrap();
+            drop(loss);
+            for p in layer.parameters().iter().chain([&x]) {
+                assert!(
+                    p.grad().is_some(),
+                    "{what}: a parameter or the input has no gradient"
+                );
+                p.clear_grad();
+            }
+            assert_eq!(dev.memory_allocated(), before, "{what}: blocks left behind");
         }
-        assert_eq!(dev.memory_allocated(), before, "{what}: blocks left behind");
-    }
+    })
 }
 
 // ---- measure ----
 
 #[test]
 fn measure_saved_reports_the_allocators_bytes() {
-    let dev = gpumem::testing::device();
-    let sh = shape(24, 2, 32, 4);
-    let layer = layer_of(&dev, sh);
-    for (what, plan) in plans() {
-        let want = reference_bytes(&dev, &layer, sh, &plan);
-        let x = layer_input(&dev, sh, &mut rng()).unwrap();
-        let before = dev.memory_allocated();
-        let got = measure_saved(&layer, &x, &plan).unwrap();
-        assert_eq!(got, want, "{what}");
-        assert_eq!(
-            dev.memory_allocated(),
-            before,
-            "{what}: measure_saved keeps nothing"
-        );
-    }
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let sh = shape(24, 2, 32, 4);
+        let layer = layer_of(&dev, sh);
+        for (what, plan) in plans() {
+            let want = reference_bytes(&dev, &layer, sh, &plan);
+            let x = layer_input(&dev, sh, &mut rng()).unwrap();
+            let before = dev.memory_allocated();
+            let got = measure_saved(&layer, &x, &plan).unwrap();
+            assert_eq!(got, want, "{what}");
+            assert_eq!(
+                dev.memory_allocated(),
+                before,
+                "{what}: measure_saved keeps nothing"
+            );
+        }
+    })
 }
 
 #[test]
 fn the_layer_built_as_the_paper_counts_measures_the_formula_exactly() {
-    let dev = gpumem::testing::device();
-    for sh in [shape(32, 2, 64, 4), shape(64, 1, 64, 2)] {
-        let layer = layer_of(&dev, sh);
-        let x = layer_input(&dev, sh, &mut rng()).unwrap();
-        let measured = measure_saved(&layer, &x, &LayerPlan::paper()).unwrap();
-        assert_eq!(measured, formula(sh), "{sh}");
-    }
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        for sh in [shape(32, 2, 64, 4), shape(64, 1, 64, 2)] {
+            let layer = layer_of(&dev, sh);
+            let x = layer_input(&dev, sh, &mut rng()).unwrap();
+            let measured = measure_saved(&layer, &x, &LayerPlan::paper()).unwrap();
+            assert_eq!(measured, formula(sh), "{sh}");
+        }
+    })
 }
 
 // ---- predict ----
@@ -221,13 +222,17 @@ fn check_predictions(sh: Shape) {
 
 #[test]
 fn predict_saved_matches_the_allocator_on_whole_blocks() {
-    check_predictions(shape(32, 2, 64, 4));
+    seeded(|| {
+        check_predictions(shape(32, 2, 64, 4));
+    })
 }
 
 #[test]
 fn predict_saved_matches_the_allocator_where_blocks_round_up() {
-    // s·b = 24 rows: 96-byte statistics and 1920-byte activations, each in a rounded block.
-    check_predictions(shape(24, 1, 40, 4));
+    seeded(|| {
+        // s·b = 24 rows: 96-byte statistics and 1920-byte activations, each in a rounded block.
+        check_predictions(shape(24, 1, 40, 4));
+    })
 }
 
 // ---- the longest sequence ----
@@ -238,30 +243,32 @@ const LAYERS: u64 = 4;
 
 #[test]
 fn longest_sequence_fits_and_one_more_does_not() {
-    let dev = gpumem::testing::device();
-    let sh = shape(0, 1, 64, 4);
-    let layer = layer_of(&dev, sh);
-    let mut found = Vec::new();
-    for (what, plan) in plans().into_iter().skip(1) {
-        let s = longest_sequence(BUDGET, LAYERS, sh, &plan);
-        assert!(s > 0, "{what}: s = 0");
-        let at = |s| LAYERS * reference_bytes(&dev, &layer, Shape { s, ..sh }, &plan);
-        let (fits, over) = (at(s), at(s + 1));
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let sh = shape(0, 1, 64, 4);
+        let layer = layer_of(&dev, sh);
+        let mut found = Vec::new();
+        for (what, plan) in plans().into_iter().skip(1) {
+            let s = longest_sequence(BUDGET, LAYERS, sh, &plan);
+            assert!(s > 0, "{what}: s = 0");
+            let at = |s| LAYERS * reference_bytes(&dev, &layer, Shape { s, ..sh }, &plan);
+            let (fits, over) = (at(s), at(s + 1));
+            assert!(
+                fits <= BUDGET,
+                "{what}: s = {s} keeps {fits} B, above {BUDGET}"
+            );
+            assert!(
+                over > BUDGET,
+                "{what}: s = {} keeps {over} B and still fits",
+                s + 1
+            );
+            found.push(s);
+        }
         assert!(
-            fits <= BUDGET,
-            "{what}: s = {s} keeps {fits} B, above {BUDGET}"
+            found[1] > found[0] && found[2] > found[0],
+            "removing the s² term must fit longer sequences: {found:?}"
         );
-        assert!(
-            over > BUDGET,
-            "{what}: s = {} keeps {over} B and still fits",
-            s + 1
-        );
-        found.push(s);
-    }
-    assert!(
-        found[1] > found[0] && found[2] > found[0],
-        "removing the s² term must fit longer sequences: {found:?}"
-    );
+    })
 }
 
 // ---- torch 2.15 ----
@@ -326,10 +333,12 @@ fn torch_on_cuda_accounts_for_every_byte_of_torchs_layer() {
 
 #[test]
 fn torch_on_cuda_is_what_gpumems_layer_measures() {
-    let dev = gpumem::testing::device();
-    for (sh, cpu) in TORCH_CPU.into_iter().take(2) {
-        let layer = layer_of(&dev, sh);
-        let measured = reference_bytes(&dev, &layer, sh, &LayerPlan::torch());
-        assert_eq!(torch_on_cuda(sh, cpu).cuda, measured, "{sh}");
-    }
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        for (sh, cpu) in TORCH_CPU.into_iter().take(2) {
+            let layer = layer_of(&dev, sh);
+            let measured = reference_bytes(&dev, &layer, sh, &LayerPlan::torch());
+            assert_eq!(torch_on_cuda(sh, cpu).cuda, measured, "{sh}");
+        }
+    })
 }

@@ -7,8 +7,10 @@ use crate::policy::allocator::CachingAllocator;
 use crate::policy::config::AllocatorConfig;
 use crate::policy::history::Snapshot;
 use crate::policy::stats::MemoryStats;
-use crate::raw::backend::{DeviceBackend, DeviceProperties, DevicePtr, RawMemory, ReserveError};
-use crate::raw::cpu::{CpuBackend, cpu_capacity, physical_memory};
+use crate::raw::backend::{
+    DeviceBackend, DeviceProperties, DevicePtr, MappedPage, RawMemory, ReserveError,
+};
+use crate::raw::cpu::{CpuBackend, cpu_capacity, cpu_streams_late, physical_memory};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::AtomicU64;
@@ -55,9 +57,9 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { (**self).map(ptr, size) }
     }
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
         // SAFETY: forwarded with the caller's guarantee.
-        unsafe { (**self).unmap(ptr, size, handle) }
+        unsafe { (**self).unmap(pages) }
     }
 }
 
@@ -173,10 +175,17 @@ impl Device {
         let mut setup_error = None;
         let mut cuda = None;
         let backend: Arc<dyn DeviceBackend> = match kind {
-            DeviceKind::Cpu => Arc::new(CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
-                setup_error = Some(setting_parts(e));
-                physical_memory()
-            }))),
+            DeviceKind::Cpu => {
+                let backend = CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
+                    setup_error = Some(setting_parts(e));
+                    physical_memory()
+                }));
+                backend.set_late_streams(cpu_streams_late().unwrap_or_else(|e| {
+                    setup_error.get_or_insert(setting_parts(e));
+                    false
+                }));
+                Arc::new(backend)
+            }
             DeviceKind::Cuda(n) => {
                 let backend = Arc::new(crate::raw::cuda::CudaBackend::new(n)?);
                 cuda = Some(backend.clone());
@@ -402,7 +411,8 @@ impl Device {
     /// [`Stream::wait_stream`](crate::memory::stream::Stream::wait_stream) or `synchronize` shows:
     /// an asynchronous copy then runs only when a synchronize, an event or another stream's wait
     /// needs it, and whoever reads its memory before that sees the memory as it was. `false` (the
-    /// default) runs every copy when it is queued. Nothing on cuda, whose streams always run late.
+    /// default, unless `GPUMEM_CPU_STREAMS=late`) runs every copy when it is queued. Nothing on
+    /// cuda, whose streams always run late.
     pub fn set_late_streams(&self, late: bool) {
         self.inner.backend.set_late_streams(late);
     }

@@ -17,7 +17,7 @@ use crate::policy::history::{
     BlockInfo, BlockState, History, HistoryOptions, SegmentInfo, Snapshot, TraceAction,
 };
 use crate::policy::stats::{DeviceStats, MemoryStats, Pool};
-use crate::raw::backend::{DevicePtr, RawMemory, ReserveError};
+use crate::raw::backend::{DevicePtr, MappedPage, RawMemory, ReserveError};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -575,19 +575,23 @@ impl<B: RawMemory> CachingAllocator<B> {
         Ok(true)
     }
 
-    /// Unmaps pages `begin..end` of expandable segment `segment`.
+    /// Unmaps pages `begin..end` of expandable segment `segment`: one backend call, which waits
+    /// once for the work that may still use them.
     fn unmap_pages(&self, st: &mut State, segment: usize, begin: usize, end: usize) {
         let seg = st.segment_mut(segment);
         let (base, page_size) = (seg.base, seg.page_size);
-        for page in begin..end {
-            if let Some(handle) = seg.pages[page].take() {
-                // SAFETY: the page was mapped by `map` with this handle and holds no live block.
-                unsafe {
-                    self.backend
-                        .unmap(base + (page * page_size) as u64, page_size, handle)
-                };
-            }
-        }
+        let pages: Vec<MappedPage> = (begin..end)
+            .filter_map(|page| {
+                let handle = seg.pages[page].take()?;
+                Some(MappedPage {
+                    ptr: base + (page * page_size) as u64,
+                    size: page_size,
+                    handle,
+                })
+            })
+            .collect();
+        // SAFETY: every page was mapped by `map` with its handle and holds no live block.
+        unsafe { self.backend.unmap(&pages) };
     }
 
     /// Finds room for `size` bytes in an expandable segment and maps what is missing (torch's

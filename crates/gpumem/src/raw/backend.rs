@@ -45,11 +45,24 @@ pub trait RawMemory: Send + Sync {
     /// # Safety
     /// The range lies inside address space from `reserve_address_space` and is not mapped.
     unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError>;
-    /// Takes the memory from behind a range mapped by `map` (`cuMemUnmap` + `cuMemRelease`).
+    /// Takes the memory from behind pages mapped by `map` (`cuMemUnmap` + `cuMemRelease` each),
+    /// after waiting once for the work that may still use them (torch synchronizes once per range
+    /// it unmaps, not once per page).
     ///
     /// # Safety
-    /// `ptr`, `size` and `handle` are those of one `map` call, and no one uses the range.
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64);
+    /// Each page's `ptr`, `size` and `handle` are those of one `map` call, and no one uses it.
+    unsafe fn unmap(&self, pages: &[MappedPage]);
+}
+
+/// One page of an expandable segment, as `map` put it behind its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappedPage {
+    /// Start of the page.
+    pub ptr: DevicePtr,
+    /// Its bytes.
+    pub size: usize,
+    /// The backend's handle from `map`.
+    pub handle: u64,
 }
 
 /// A raw stream handle: the `CUstream` as an integer on cuda (0 = the legacy default stream), a

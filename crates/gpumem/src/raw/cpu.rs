@@ -19,8 +19,8 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
-    ReserveError, StreamPoint,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
+    RawStream, ReserveError, StreamPoint,
 };
 use crate::raw::cpu_streams::StreamQueues;
 use std::alloc::Layout;
@@ -287,6 +287,27 @@ pub fn cpu_capacity() -> Result<usize> {
         })
 }
 
+/// Whether the cpu device's streams run work late from the start: `GPUMEM_CPU_STREAMS=late`
+/// (`at-once`, the default when unset, runs it when queued). Read once per process.
+pub fn cpu_streams_late() -> Result<bool> {
+    static LATE: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
+    LATE.get_or_init(|| match std::env::var("GPUMEM_CPU_STREAMS") {
+        Err(_) => Ok(false),
+        Ok(text) => match text.trim() {
+            "late" => Ok(true),
+            "at-once" | "" => Ok(false),
+            _ => Err(format!(
+                "{text:?} is not a stream mode; use `late` (as a GPU runs work) or `at-once`"
+            )),
+        },
+    })
+    .clone()
+    .map_err(|reason| Error::BadSetting {
+        setting: "GPUMEM_CPU_STREAMS".into(),
+        reason,
+    })
+}
+
 /// The machine's physical memory in bytes.
 pub fn physical_memory() -> usize {
     // SAFETY: sysconf only reads system configuration.
@@ -438,15 +459,18 @@ impl RawMemory for CpuBackend {
         Ok(0)
     }
 
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, _handle: u64) {
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
         self.streams.run_all();
-        // SAFETY: the caller guarantees the range was mapped by `map` and is unused: its pages
-        // are dropped (the next map reads zeros) and it becomes inaccessible again.
-        unsafe {
-            libc::madvise(ptr as *mut libc::c_void, size, libc::MADV_DONTNEED);
-            libc::mprotect(ptr as *mut libc::c_void, size, libc::PROT_NONE);
+        for page in pages {
+            let (ptr, size) = (page.ptr as *mut libc::c_void, page.size);
+            // SAFETY: the caller guarantees the page was mapped by `map` and is unused: its
+            // memory is dropped (the next map reads zeros) and it becomes inaccessible again.
+            unsafe {
+                libc::madvise(ptr, size, libc::MADV_DONTNEED);
+                libc::mprotect(ptr, size, libc::PROT_NONE);
+            }
+            self.reserved.fetch_sub(size, Ordering::SeqCst);
         }
-        self.reserved.fetch_sub(size, Ordering::SeqCst);
     }
 }
 

@@ -7,8 +7,8 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
-    ReserveError,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
+    RawStream, ReserveError,
 };
 use crate::raw::driver;
 use cudarc::driver::{CudaContext, DriverError, result, sys};
@@ -206,17 +206,21 @@ impl RawMemory for CudaBackend {
         Ok(handle as u64)
     }
 
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
-        if self.bind().is_err() {
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
+        if pages.is_empty() || self.bind().is_err() {
             return;
         }
-        // cuMemUnmap does not wait for work that may still use the range (torch synchronizes
-        // the stream first for the same reason). Failures cannot be reported here.
+        // cuMemUnmap does not wait for work that may still use the range (torch synchronizes the
+        // segment's stream first, once per range, for the same reason). The allocator knows its
+        // streams by id, not by CUstream, so this waits for the whole context: once per range
+        // all the same. Failures cannot be reported here.
         let _ = result::ctx::synchronize();
-        // SAFETY: the caller guarantees the range and handle are one `map` call's, unused.
-        unsafe {
-            let _ = sys::cuMemUnmap(ptr as sys::CUdeviceptr, size);
-            let _ = sys::cuMemRelease(handle as sys::CUmemGenericAllocationHandle);
+        for page in pages {
+            // SAFETY: the caller guarantees each page and handle are one `map` call's, unused.
+            unsafe {
+                let _ = sys::cuMemUnmap(page.ptr as sys::CUdeviceptr, page.size);
+                let _ = sys::cuMemRelease(page.handle as sys::CUmemGenericAllocationHandle);
+            }
         }
     }
 }
@@ -284,6 +288,12 @@ impl DeviceBackend for CudaBackend {
         self.call("cuMemsetD8Async", || unsafe {
             result::memset_d8_async(dst, 0, n, s)
         })?;
+        // Kept on purpose, though it makes every allocation wait for its stream (no kernel
+        // overlaps host work; a kernel fault shows at the next allocation): side streams are
+        // non-blocking, and `to_vec`, pinned copies into a fresh buffer and `Stream::alloc`'s
+        // users rely on the fill having finished. Making the fill stream-ordered needs those
+        // orders made explicit (waits or `record_stream`), checked on a GPU first; the cpu
+        // device's late streams (`GPUMEM_CPU_STREAMS=late`) run the same contract.
         self.finish(s, false)
     }
 

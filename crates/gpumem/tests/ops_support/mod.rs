@@ -8,19 +8,9 @@ use gpumem::ops::XorShift;
 /// f32's unit roundoff, 2^-24.
 pub const U32: f64 = 1.0 / (1u64 << 24) as f64;
 
-/// A generator with a fresh seed, printed so that a failure can be reproduced.
-pub fn rng() -> XorShift {
-    let rng = match std::env::var("GPUMEM_TEST_SEED") {
-        Ok(seed) => XorShift::new(seed.trim().parse().expect("GPUMEM_TEST_SEED is a u64")),
-        Err(_) => XorShift::fresh(),
-    };
-    eprintln!(
-        "seed {} (rerun with GPUMEM_TEST_SEED={})",
-        rng.seed(),
-        rng.seed()
-    );
-    rng
-}
+/// The tests' generator and seed loop: one helper for every randomized test (see
+/// `gpumem::testing`: `GPUMEM_TEST_SEED` replays a seed, `GPUMEM_TEST_SEEDS` sweeps a range).
+pub use gpumem::testing::{rng, seeded};
 
 /// `n` values with magnitudes in [0.5, 2) and random signs: never zero, never subnormal.
 pub fn data(rng: &mut XorShift, n: usize) -> Vec<f32> {

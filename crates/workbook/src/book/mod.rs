@@ -113,6 +113,7 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
         let pages = pages::WorkbookPages {
             exercises: book_dir.join("../exercises"),
             quizzes: book_dir.join("quizzes"),
+            solutions: book_dir.join("../solutions"),
         };
         let mut config = Config::from_disk(book_dir.join("book.toml"))
             .with_context(|| format!("reading {}", book_dir.join("book.toml").display()))?;

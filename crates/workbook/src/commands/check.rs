@@ -591,10 +591,14 @@ pub fn next_after(
             format!("Stuck? A hint: {cmd} hint {name} {exercise}"),
         ];
     }
-    let mut lines = vec![
-        "Compare your code with the reference solution:".to_string(),
-        format!("  {cmd} solution {name}"),
-    ];
+    let mut lines = if repo.is_student_edition() {
+        Vec::new()
+    } else {
+        vec![
+            "Compare your code with the reference solution:".to_string(),
+            format!("  {cmd} solution {name}"),
+        ]
+    };
     match learner::next_unfinished(chapters, progress, name) {
         Some((next, earlier)) => {
             let what = if earlier {

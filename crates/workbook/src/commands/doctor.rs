@@ -133,6 +133,42 @@ pub fn run() -> Health {
         }
     }
 
+    let limit = format_bytes(crate::run::runner::DEFAULT_MEMORY_LIMIT);
+    row(
+        "test memory limit",
+        if gpumem::cuda::is_available() {
+            format!(
+                "RLIMIT_DATA {limit} per check/grade test process (--memory-limit), the same on \
+                 cuda: `cargo test -p gpumem --test memory_limit` shows a CUDA context, cuBLAS \
+                 and NVRTC start under it here"
+            )
+        } else {
+            format!(
+                "RLIMIT_DATA {limit} per check/grade test process (--memory-limit), the cpu \
+                 device's memory included"
+            )
+        },
+    );
+    let streams = std::env::var("GPUMEM_CPU_STREAMS").ok();
+    let shown = streams
+        .as_deref()
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|| "unset".to_string());
+    match gpumem::backend_cpu::cpu_streams_late() {
+        Ok(true) => row(
+            "GPUMEM_CPU_STREAMS",
+            format!("{shown}: cpu streams run work late, as a GPU's"),
+        ),
+        Ok(false) => row(
+            "GPUMEM_CPU_STREAMS",
+            format!("{shown}: cpu streams run work when it is queued"),
+        ),
+        Err(e) => {
+            health = Health::Broken;
+            row("GPUMEM_CPU_STREAMS", format!("{shown}: MALFORMED: {e}"));
+        }
+    }
+
     match chosen {
         Ok(dev) => {
             println!("\nAllocator smoke test on {dev}");

@@ -1107,7 +1107,40 @@ fn judge(
             )
         }),
     };
-    (Verdict::Failed, message)
+    match test_seed(stdout) {
+        Some(seed) => (
+            Verdict::Failed,
+            format!(
+                "{message} (seed {seed}: {}={seed} replays it)",
+                gpumem::testing::TEST_SEED
+            ),
+        ),
+        None => (Verdict::Failed, message),
+    }
+}
+
+/// The seed a randomized test ran with, as `gpumem::testing` prints it: `seed N (rerun with
+/// GPUMEM_TEST_SEED=N)` when it starts, `seed N failed (rerun ...)` where a sweep stopped. The
+/// failing one wins, else the first (printed before the learner's code ran).
+pub fn test_seed(stdout: &str) -> Option<u64> {
+    let marker = format!("(rerun with {}=", gpumem::testing::TEST_SEED);
+    let seeds = stdout.lines().filter_map(|line| {
+        let (head, tail) = line.trim().split_once(&marker)?;
+        let seed: u64 = tail.strip_suffix(')')?.parse().ok()?;
+        let failed = match head.strip_prefix("seed ")?.trim().split_once(' ') {
+            None => false,
+            Some((n, word)) => word == "failed" && n.parse() == Ok(seed),
+        };
+        Some((seed, failed))
+    });
+    let mut first = None;
+    for (seed, failed) in seeds {
+        if failed {
+            return Some(seed);
+        }
+        first.get_or_insert(seed);
+    }
+    first
 }
 
 /// The most useful line of a failed test's output: the panic message (an `assert_eq!`'s values
@@ -1375,6 +1408,41 @@ mod tests {
         assert!(!harness_log_says_ok("ok t2\n", "t"));
         assert!(!harness_log_says_ok("ok t\nfailed t\n", "t"));
         assert!(!harness_log_says_ok("ignored t\n", "t"));
+    }
+
+    #[test]
+    fn the_seed_a_randomized_test_printed_is_found_the_failing_one_first() {
+        let started = "---- t stdout ----\nseed 272 (rerun with GPUMEM_TEST_SEED=272)\nseed 9 (rerun with GPUMEM_TEST_SEED=9)\n";
+        assert_eq!(test_seed(started), Some(272), "the first one printed");
+        let swept = "seed 1 (rerun with GPUMEM_TEST_SEED=1)\nseed 7694720226940991941 failed (rerun with GPUMEM_TEST_SEED=7694720226940991941)\n";
+        assert_eq!(test_seed(swept), Some(7_694_720_226_940_991_941));
+        assert_eq!(
+            test_seed("seed 5 (rerun with GPUMEM_TEST_SEED=x)\nno seed here"),
+            None
+        );
+        assert_eq!(test_seed(""), None);
+    }
+
+    #[test]
+    fn a_failed_randomized_test_names_its_seed_in_the_message() {
+        let case = TestCase {
+            target: "t".into(),
+            binary: PathBuf::from("t"),
+            name: "t".into(),
+        };
+        let stdout = "running 1 test\ntest t ... FAILED\n\nfailures:\n\n---- t stdout ----\n\
+                      seed 272 (rerun with GPUMEM_TEST_SEED=272)\n\
+                      thread 't' panicked at tests/a.rs:3:5:\nf16 gradients: relative error 1e-2\n";
+        let failed = Some(ExitStatus::from_raw(101 << 8));
+        let (verdict, message) = judge(&case, failed, &RunOptions::default(), false, stdout, "");
+        assert_eq!(verdict, Verdict::Failed);
+        assert_eq!(
+            message,
+            "f16 gradients: relative error 1e-2 (seed 272: GPUMEM_TEST_SEED=272 replays it)"
+        );
+        let unseeded = stdout.replace("seed 272 (rerun with GPUMEM_TEST_SEED=272)\n", "");
+        let (_, message) = judge(&case, failed, &RunOptions::default(), false, &unseeded, "");
+        assert_eq!(message, "f16 gradients: relative error 1e-2");
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub fn workbook() -> Command {
         "GPUMEM_DEVICE",
         "GPUMEM_ALLOC_CONF",
         "GPUMEM_CPU_CAPACITY",
+        "GPUMEM_TEST_SEED",
+        "GPUMEM_TEST_SEEDS",
     ] {
         cmd.env_remove(var);
     }
