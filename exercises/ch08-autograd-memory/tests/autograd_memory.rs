@@ -199,8 +199,7 @@ fn evaluate_peaks_at_one_batch_without_a_graph() -> anyhow::Result<()> {
         assert_eq!(
             peak, one_batch,
             "evaluate's peak above the model and data: {peak} B; one batch without a graph: \
-    })
-         {one_batch} B, with its graph: {with_graph} B"
+             {one_batch} B, with its graph: {with_graph} B"
         );
         assert_eq!(dev.memory_allocated(), start);
         Ok(())
