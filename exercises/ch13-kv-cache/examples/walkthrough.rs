@@ -116,8 +116,11 @@ fn small_run(dev: &Device) -> anyhow::Result<String> {
         },
     )?;
     println!(
-        "  6 requests, a pool of 16 blocks of 8 tokens: {} steps, {} preemptions, at most {} running",
-        report.steps, report.preemptions, report.max_running
+        "  6 requests, a pool of 16 blocks of 8 tokens: {} steps, {} preemption{}, at most {} running",
+        report.steps,
+        report.preemptions,
+        if report.preemptions == 1 { "" } else { "s" },
+        report.max_running
     );
     Ok(format!(
         "{{\"block_size\":8,\"num_blocks\":16,\"steps\":[\n{}\n]}}",

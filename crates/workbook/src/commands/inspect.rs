@@ -17,7 +17,11 @@ use std::process::ExitCode;
 #[derive(Debug, Args)]
 #[command(
     after_help = "Record a snapshot in PyTorch with torch.cuda.memory._record_memory_history() \
-                  before the work and torch.cuda.memory._dump_snapshot(\"snap.pickle\") after it."
+                  before the work and torch.cuda.memory._dump_snapshot(\"snap.pickle\") after it. \
+                  A state-only snapshot (no history) and the list torch.cuda.memory_snapshot() \
+                  returns are read too.\n\nAllocated and live bytes are the bytes asked for \
+                  (torch's requested_size, what torch's viewer counts), not the blocks' sizes \
+                  rounded by the allocator; the rounding is in reserved - allocated."
 )]
 pub struct InspectArgs {
     /// The snapshot: torch's pickle (`_dump_snapshot`), gpumem's snapshot (JSON or pickle), or a
