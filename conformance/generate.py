@@ -556,6 +556,62 @@ class Events(TorchDispatchMode):
             self.order.append(entry)
 
 
+class NewBlocks(TorchDispatchMode):
+    """The storages the ops make while the mode is on, each rounded up to a multiple of 512 bytes
+    as the CUDA caching allocator rounds blocks under 1 MiB, and when each is freed: a storage
+    whose last reference went away between two ops is seen gone before the next op runs, so the
+    order of the events is the order in which the allocator would see them."""
+
+    def __init__(self, existing):
+        super().__init__()
+        self.existing = {t.untyped_storage().data_ptr() for t in existing}
+        self.live = {}
+        self.events = []
+
+    def collect(self):
+        for ptr, (size, ref) in list(self.live.items()):
+            if ref.expired():
+                del self.live[ptr]
+                self.events.append((ptr, -size))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.collect()
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            s = t.untyped_storage()
+            ptr = s.data_ptr()
+            if ptr in self.existing or ptr in self.live or s.nbytes() == 0:
+                continue
+            size = (s.nbytes() + 511) // 512 * 512
+            self.live[ptr] = (size, StorageWeakRef(s))
+            self.events.append((ptr, size))
+        return out
+
+    def __exit__(self, *exc):
+        self.collect()
+        return super().__exit__(*exc)
+
+    def peak(self, leave_out=()):
+        live = peak = 0
+        for ptr, size in self.events:
+            if ptr not in leave_out:
+                live += size
+                peak = max(peak, live)
+        return peak
+
+
+def eight_params():
+    """Eight parameters, [3, 4] and [4] four times, with gradients of exactly representable values."""
+    params, grads = [], []
+    for k in range(4):
+        for shape, start in [([3, 4], 4 * k), ([4], 4 * k + 7)]:
+            params.append(values(shape, start).requires_grad_())
+            grads.append(values(shape, start + 11) / 4)
+    return params, grads
+
+
 @area
 def optimizers(facts):
     for name, cls, kwargs in optimizer_cases():
@@ -637,6 +693,26 @@ def optimizers(facts):
         facts.add(f"{name} for-loop, the last state tensor fails to allocate", "step fails", failed)
         facts.add(f"{name} for-loop, the last state tensor fails to allocate",
                   "parameters unchanged", all(torch.equal(a, p) for a, p in zip(before, params)))
+    # The first step's memory, for-loop: what it allocates above the parameters and gradients.
+    # The step counters are CPU tensors unless capturable or fused (adam.py's _init_group), so on
+    # CUDA they take no device memory; a CPU run of torch allocates them beside the state.
+    for name, cls, kwargs in [("Adam lr=0.1", torch.optim.Adam, dict(lr=0.1)),
+                              ("Adam lr=0.1 weight_decay=0.01", torch.optim.Adam,
+                               dict(lr=0.1, weight_decay=0.01)),
+                              ("AdamW lr=0.1", torch.optim.AdamW, dict(lr=0.1))]:
+        params, grads = eight_params()
+        opt = cls(params, foreach=False, **kwargs)
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        blocks = NewBlocks(params + [p.grad for p in params])
+        with blocks:
+            opt.step()
+        counters = {opt.state[p]["step"].untyped_storage().data_ptr() for p in params}
+        scenario = f"{name} for-loop, 8 parameters"
+        facts.add(scenario, "first step: peak of the new blocks (512-byte units), the step counters "
+                  "left out", blocks.peak(leave_out=counters))
+        facts.add(scenario, "first step: peak of the new blocks (512-byte units), with the step "
+                  "counters a CPU run allocates", blocks.peak())
 
 
 # --- GradScaler ------------------------------------------------------------------------------

@@ -21,6 +21,14 @@ fn main() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
     let root = manifest_dir.join("../..");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=WORKBOOK_EMBED_FROM_FILES");
+    // A package built where the files are the official ones and there is no git (Gradescope's
+    // setup.sh): embed them as they are, without a warning.
+    if std::env::var_os("WORKBOOK_EMBED_FROM_FILES").is_some() {
+        let chapters = from_tree(&root.join("exercises"));
+        write_module(&out_dir, &chapters, "the files at build time");
+        return;
+    }
 
     // A git command can fail while another process rewrites the repository (a commit, a gc):
     // try again before falling back.

@@ -5,25 +5,17 @@ use crate::format::{format_bytes, format_size};
 /// Everything that can go wrong in `gpumem`.
 #[derive(thiserror::Error)]
 pub enum Error {
-    /// A reservation failed even after the cache was released and the allocation retried. The
-    /// message is torch 2.x's (`c10/cuda/CUDACachingAllocator.cpp`), sentence by sentence, with
-    /// gpumem in place of PyTorch and `GPUMEM_ALLOC_CONF` in place of `PYTORCH_CUDA_ALLOC_CONF`.
-    #[error(
-        "{}. Tried to allocate {}. {} has a total capacity of {} of which {} is free. {}\
-         Of the allocated memory {} is allocated by gpumem, and {} is reserved by gpumem but unallocated. \
-         If reserved but unallocated memory is large try setting GPUMEM_ALLOC_CONF=expandable_segments:True \
-         to avoid fragmentation.  See documentation for Memory Management  \
-         (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
-        out_of_memory_on(device), format_size(*alloc_size), device_in_sentence(device),
-        format_size(*total), format_size(*free),
-        allowed.map(|a| format!("{} allowed; ", format_size(a))).unwrap_or_default(),
-        format_size(*allocated), format_size(*reserved_unallocated)
-    )]
+    /// torch's `OutOfMemoryError`: a reservation failed even after the cache was released and the
+    /// allocation retried, or the request was 1 EiB or more (`too_large`). The message is torch
+    /// 2.x's (`c10/cuda/CUDACachingAllocator.cpp`), sentence by sentence, with gpumem in place of
+    /// PyTorch and `GPUMEM_ALLOC_CONF` in place of `PYTORCH_CUDA_ALLOC_CONF`.
+    #[error("{}", self.out_of_memory_message())]
     OutOfMemory {
         /// `cpu` or `cuda:N`.
         device: String,
         /// The size torch names after "Tried to allocate": the segment the allocator tried to
-        /// reserve (20 MiB for a 5 MiB request), torch's `alloc_size`.
+        /// reserve (20 MiB for a 5 MiB request), torch's `alloc_size`; the request itself when
+        /// `too_large`.
         alloc_size: u64,
         /// Bytes the caller asked for.
         requested: u64,
@@ -37,18 +29,10 @@ pub enum Error {
         reserved_unallocated: u64,
         /// The cap from `set_per_process_memory_fraction`, if any (torch's "allowed").
         allowed: Option<u64>,
-    },
-    /// torch's guard for absurd sizes: a request of 1 EiB (2^60 bytes) or more is refused before
-    /// the allocator is asked.
-    #[error(
-        "{}. Tried to allocate more than 1EB memory.",
-        out_of_memory_on(device)
-    )]
-    AllocationTooLarge {
-        /// `cpu` or `cuda:N`.
-        device: String,
-        /// Bytes the caller asked for.
-        requested: u64,
+        /// The request was 1 EiB (2^60 bytes) or more: torch's guard for absurd sizes refused it
+        /// before the allocator was asked ("Tried to allocate more than 1EB memory."), and the
+        /// numbers above are the device's at that moment.
+        too_large: bool,
     },
     /// CUDA was asked for but cannot be used on this machine.
     #[error("CUDA is not available: {reason}")]
@@ -151,9 +135,47 @@ impl Error {
     /// Whether this is an out-of-memory error (torch's `OutOfMemoryError`): the allocator's, or
     /// the guard for absurd sizes.
     pub fn is_out_of_memory(&self) -> bool {
-        matches!(
-            self,
-            Error::OutOfMemory { .. } | Error::AllocationTooLarge { .. }
+        matches!(self, Error::OutOfMemory { .. })
+    }
+
+    /// torch's text for an out-of-memory error; empty for any other error.
+    fn out_of_memory_message(&self) -> String {
+        let Error::OutOfMemory {
+            device,
+            alloc_size,
+            total,
+            free,
+            allocated,
+            reserved_unallocated,
+            allowed,
+            too_large,
+            ..
+        } = self
+        else {
+            return String::new();
+        };
+        if *too_large {
+            return format!(
+                "{}. Tried to allocate more than 1EB memory.",
+                out_of_memory_on(device)
+            );
+        }
+        format!(
+            "{}. Tried to allocate {}. {} has a total capacity of {} of which {} is free. {}\
+             Of the allocated memory {} is allocated by gpumem, and {} is reserved by gpumem but unallocated. \
+             If reserved but unallocated memory is large try setting GPUMEM_ALLOC_CONF=expandable_segments:True \
+             to avoid fragmentation.  See documentation for Memory Management  \
+             (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
+            out_of_memory_on(device),
+            format_size(*alloc_size),
+            device_in_sentence(device),
+            format_size(*total),
+            format_size(*free),
+            allowed
+                .map(|a| format!("{} allowed; ", format_size(a)))
+                .unwrap_or_default(),
+            format_size(*allocated),
+            format_size(*reserved_unallocated)
         )
     }
 }

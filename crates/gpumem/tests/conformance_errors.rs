@@ -156,3 +156,16 @@ fn errors_match_torch_2_15() {
 fn the_books_table_of_simplifications_is_current() {
     conformance_support::simplifications_table();
 }
+
+#[test]
+fn the_books_table_shows_torchs_backticks_as_torch_writes_them() {
+    let torch = "or use `torch.no_grad()` instead of `torch.inference_mode()`.";
+    assert_eq!(
+        conformance_support::cell(&torch.into()),
+        "`` or use `torch.no_grad()` instead of `torch.inference_mode()`. ``"
+    );
+    assert_eq!(
+        conformance_support::cell(&"no backtick".into()),
+        "`no backtick`"
+    );
+}

@@ -287,5 +287,57 @@ fn optimizers_match_torch_2_15() {
         let after: Vec<Vec<f32>> = ps.iter().map(|p| p.to_vec().unwrap()).collect();
         c.check(&scenario, "parameters unchanged", before == after);
     }
+
+    // The first for-loop step's peak above the parameters and gradients: the state, then one
+    // parameter's root and quotient while the previous parameter's denominator is still held.
+    for (name, weight_decay, adamw) in [
+        ("Adam lr=0.1", 0.0, false),
+        ("Adam lr=0.1 weight_decay=0.01", 0.01, false),
+        ("AdamW lr=0.1", 0.01, true),
+    ] {
+        let scenario = format!("{name} for-loop, 8 parameters");
+        let ps = eight_params(&dev);
+        let o = AdamOptions {
+            lr: 0.1,
+            weight_decay,
+            implementation: Implementation::ForLoop,
+            ..AdamOptions::default()
+        };
+        let mut opt = if adamw {
+            Adam::adamw(ps.clone(), o)
+        } else {
+            Adam::new(ps.clone(), o)
+        }
+        .unwrap();
+        let before = dev.memory_allocated();
+        dev.reset_peak_memory_stats();
+        opt.step().unwrap();
+        c.check(
+            &scenario,
+            "first step: peak of the new blocks (512-byte units), the step counters left out",
+            dev.max_memory_allocated() - before,
+        );
+        c.not_modelled(
+            &scenario,
+            "first step: peak of the new blocks (512-byte units), with the step counters a CPU run allocates",
+        );
+    }
     c.finish();
+}
+
+/// The golden's eight parameters, `[3, 4]` and `[4]` four times, with their gradients.
+fn eight_params(dev: &Device) -> Vec<Tensor> {
+    let mut ps = Vec::new();
+    for k in 0..4 {
+        for (shape, start) in [(&[3, 4][..], 4 * k), (&[4][..], 4 * k + 7)] {
+            let p = Tensor::from_slice(dev, &golden_values(shape, start, 1.0), shape)
+                .and_then(|t| t.requires_grad_(true))
+                .unwrap();
+            let g =
+                Tensor::from_slice(dev, &golden_values(shape, start + 11, 0.25), shape).unwrap();
+            p.mul(&g).unwrap().sum().unwrap().backward().unwrap();
+            ps.push(p);
+        }
+    }
+    ps
 }

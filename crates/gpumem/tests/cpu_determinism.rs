@@ -6,7 +6,7 @@
 
 use anyhow::{Context, Result, ensure};
 use gpumem::allocator::{CachingAllocator, StreamId};
-use gpumem::backend::{RawMemory, ReserveError};
+use gpumem::backend::{MappedPage, RawMemory, ReserveError};
 use gpumem::backend_cpu::{CpuBackend, GRANULARITY};
 use gpumem::trace::{AllocTrace, ReplayStats, replay_recorded};
 use gpumem::{AllocatorConfig, Snapshot, TraceAction};
@@ -224,7 +224,13 @@ fn expandable_address_space_comes_from_the_same_range() {
     // SAFETY: the range is inside the address space just reserved and not mapped.
     let handle = unsafe { backend.map(space, 20 * MIB) }.expect("room for a page");
     // SAFETY: mapped above; nothing uses it.
-    unsafe { backend.unmap(space, 20 * MIB, handle) };
+    unsafe {
+        backend.unmap(&[MappedPage {
+            ptr: space,
+            size: 20 * MIB,
+            handle,
+        }])
+    };
     // SAFETY: reserved above; nothing of it is mapped any more.
     unsafe { backend.release_address_space(space, 100 * MIB) };
     // SAFETY: reserved above with this size.

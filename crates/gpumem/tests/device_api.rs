@@ -353,3 +353,43 @@ fn a_stream_can_wait_for_another_streams_work() {
     copy.synchronize().unwrap();
     assert_eq!(on_device.to_vec().unwrap(), vec![7; 256]);
 }
+
+#[test]
+fn a_new_stream_never_inherits_a_destroyed_streams_id_or_cached_blocks() {
+    let dev = gpumem::testing::device();
+    let first = dev.stream().unwrap();
+    let first_id = first.id();
+    drop(first.alloc::<u8>(100).unwrap());
+    assert_eq!(
+        dev.memory_reserved(),
+        2 * MIB,
+        "cached for the first stream"
+    );
+    // The driver (and the cpu device, likewise) may give the next stream the destroyed one's
+    // handle; its id, by which the allocator caches blocks, is new.
+    drop(first);
+    let second = dev.stream().unwrap();
+    assert_ne!(second.id(), first_id);
+    assert_ne!(second.id(), dev.default_stream().id());
+    let _buf = second.alloc::<u8>(100).unwrap();
+    assert_eq!(
+        dev.memory_reserved(),
+        4 * MIB,
+        "the second stream got a segment of its own, not the first stream's cached block"
+    );
+}
+
+#[test]
+fn an_untimed_event_marks_work_but_cannot_time_it() {
+    let dev = gpumem::testing::device();
+    let stream = dev.stream().unwrap();
+    let start = stream.record_untimed_event().unwrap();
+    let end = stream.record_event().unwrap();
+    end.synchronize().unwrap();
+    assert!(start.query().unwrap());
+    let err = start.elapsed_ms(&end).unwrap_err();
+    assert!(matches!(err, Error::Driver { .. }), "{err}");
+    let timed = stream.record_event().unwrap();
+    timed.synchronize().unwrap();
+    assert!(end.elapsed_ms(&timed).unwrap() >= 0.0);
+}

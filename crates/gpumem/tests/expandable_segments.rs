@@ -3,9 +3,10 @@
 //! free pages, as torch 2.x's `ExpandableSegment` does.
 
 use gpumem::allocator::{CachingAllocator, StreamId};
-use gpumem::backend::RawMemory;
+use gpumem::backend::{DevicePtr, MappedPage, RawMemory, ReserveError};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::{AllocatorConfig, Error, TraceAction};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId(0);
@@ -205,4 +206,66 @@ fn mapped_memory_is_usable_and_reads_zero_after_an_unmap() {
     unsafe { assert_eq!(*(again.ptr as *const u8), 0) };
     a.free(again, vec![]);
     a.free(keep, vec![]);
+}
+
+/// The cpu backend, counting `unmap` calls (each waits once for the device) and pages unmapped.
+struct CountingUnmaps {
+    backend: CpuBackend,
+    calls: AtomicUsize,
+    pages: AtomicUsize,
+}
+
+impl RawMemory for CountingUnmaps {
+    fn reserve(&self, size: usize) -> Result<DevicePtr, ReserveError> {
+        self.backend.reserve(size)
+    }
+    unsafe fn release(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.backend.release(ptr, size) }
+    }
+    fn mem_get_info(&self) -> gpumem::Result<(usize, usize)> {
+        self.backend.mem_get_info()
+    }
+    fn reserve_address_space(&self, size: usize) -> Result<DevicePtr, ReserveError> {
+        self.backend.reserve_address_space(size)
+    }
+    unsafe fn release_address_space(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.backend.release_address_space(ptr, size) }
+    }
+    unsafe fn map(&self, ptr: DevicePtr, size: usize) -> Result<u64, ReserveError> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.backend.map(ptr, size) }
+    }
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.pages.fetch_add(pages.len(), Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.backend.unmap(pages) }
+    }
+}
+
+#[test]
+fn empty_cache_unmaps_a_free_range_with_one_wait_not_one_per_page() {
+    let a = CachingAllocator::new(
+        CountingUnmaps {
+            backend: CpuBackend::new(1 << 30),
+            calls: AtomicUsize::new(0),
+            pages: AtomicUsize::new(0),
+        },
+        "cpu",
+        AllocatorConfig::parse("expandable_segments:True").unwrap(),
+    );
+    let big = a.malloc(200 * MIB, S0).unwrap();
+    assert_eq!(a.reserved_bytes(), 200 * MIB as u64, "ten 20 MiB pages");
+    a.free(big, vec![]);
+    a.empty_cache();
+    assert_eq!(a.reserved_bytes(), 0);
+    let backend = a.backend();
+    assert_eq!(backend.pages.load(Ordering::Relaxed), 10);
+    assert_eq!(
+        backend.calls.load(Ordering::Relaxed),
+        1,
+        "one range, one wait (torch synchronizes once per range it unmaps)"
+    );
 }

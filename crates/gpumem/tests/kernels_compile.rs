@@ -1,7 +1,7 @@
 //! Every element-wise kernel of `ops/kernels.cu` compiled by NVIDIA's own compilers, with no GPU:
 //! NVRTC, loaded through cudarc exactly as the cuda device loads it, makes machine code and PTX for
 //! the oldest architecture it supports, sm_80 (A100) and sm_90 (H100/H200); ptxas assembles the PTX
-//! and reports registers and spills per kernel (a compile-time figure, not a GPU run).
+//! and reports registers, stack frame and spills per kernel (a compile-time figure, not a GPU run).
 //!
 //! Needs libnvrtc on `LD_LIBRARY_PATH` and ptxas (`GPUMEM_PTXAS`, else on `PATH`):
 //! `eval "$(bash scripts/install-nvrtc.sh)"` installs both from PyPI wheels, as CI does. Required
@@ -16,6 +16,15 @@ use std::process::Command;
 /// Threads per block of every launch (`THREADS` in ops/cuda.rs): a multiprocessor's 65,536
 /// registers must hold a whole block, so a kernel may use at most 255 registers per thread.
 const THREADS: u32 = 256;
+
+/// The largest stack frame a kernel may have, in bytes per thread. The driver backs a context's local
+/// memory for the largest frame among the kernels it launches, on every thread the device can hold
+/// at once, and the caching allocator never sees it (neither `memory_reserved()` nor an OOM retry):
+/// on an H100 (132 multiprocessors of 2,048 threads) each byte of frame costs 264 KiB, so the
+/// 4,096-byte frames the attention kernels once had took 1 GiB. No kernel needs one, so none is
+/// allowed: a kernel that indexes an array at run time, calls a function ptxas does not inline, or
+/// uses `printf` fails here.
+const MAX_STACK_FRAME: u32 = 0;
 
 fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
@@ -83,6 +92,7 @@ fn every_kernel_compiles_to_machine_code_for_each_architecture() -> Result<()> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Usage {
     registers: u32,
+    stack_frame: u32,
     spill_stores: u32,
     spill_loads: u32,
 }
@@ -93,7 +103,8 @@ fn number_before(line: &str, unit: &str) -> Option<u32> {
     before.split_whitespace().last()?.parse().ok()
 }
 
-/// Reads `ptxas -v`'s report: per entry function, registers and bytes of spill stores and loads.
+/// Reads `ptxas -v`'s report: per entry function, registers, stack frame and bytes of spill stores
+/// and loads.
 fn parse_ptxas_report(report: &str) -> Vec<(String, Usage)> {
     let mut kernels: Vec<(String, Usage)> = Vec::new();
     for line in report.lines() {
@@ -102,6 +113,7 @@ fn parse_ptxas_report(report: &str) -> Vec<(String, Usage)> {
             kernels.push((name, Usage::default()));
         } else if let Some((_, usage)) = kernels.last_mut() {
             if line.contains("spill stores") {
+                usage.stack_frame = number_before(line, "bytes stack frame").unwrap_or(0);
                 usage.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
                 usage.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
             } else if line.contains("Used") && line.contains("registers") {
@@ -120,8 +132,8 @@ fn ptxas() -> PathBuf {
 }
 
 #[test]
-fn ptxas_assembles_the_ptx_and_reports_registers_and_spills() -> Result<()> {
-    let test = "ptxas_assembles_the_ptx_and_reports_registers_and_spills";
+fn ptxas_assembles_the_ptx_and_reports_registers_stack_and_spills() -> Result<()> {
+    let test = "ptxas_assembles_the_ptx_and_reports_registers_stack_and_spills";
     if !nvrtc_here(test)? {
         return Ok(());
     }
@@ -177,14 +189,19 @@ fn ptxas_assembles_the_ptx_and_reports_registers_and_spills() -> Result<()> {
     println!("NVRTC {major}.{minor}; ptxas: {tool}");
     print!("| kernel |");
     for arch in &archs {
-        print!(" sm_{arch} registers | sm_{arch} spills (B) |");
+        print!(" sm_{arch} registers | sm_{arch} stack (B) | sm_{arch} spills (B) |");
     }
     println!();
-    println!("|---|{}", "---:|---:|".repeat(archs.len()));
+    println!("|---|{}", "---:|---:|---:|".repeat(archs.len()));
     for (name, usages) in &table {
         print!("| `{name}` |");
         for u in usages {
-            print!(" {} | {} |", u.registers, u.spill_stores + u.spill_loads);
+            print!(
+                " {} | {} | {} |",
+                u.registers,
+                u.stack_frame,
+                u.spill_stores + u.spill_loads
+            );
         }
         println!();
     }
@@ -195,6 +212,14 @@ fn ptxas_assembles_the_ptx_and_reports_registers_and_spills() -> Result<()> {
                 u.registers > 0 && u.registers * THREADS <= 65_536,
                 "{name} on sm_{arch} uses {} registers per thread: a {THREADS}-thread block would not fit",
                 u.registers
+            );
+            #[allow(clippy::absurd_extreme_comparisons)] // "at most": the bound is 0 today
+            let within = u.stack_frame <= MAX_STACK_FRAME;
+            ensure!(
+                within,
+                "{name} on sm_{arch} has a {} B stack frame (at most {MAX_STACK_FRAME} B): the \
+                 driver would reserve that much local memory for every thread the device can hold",
+                u.stack_frame
             );
             ensure!(
                 u.spill_stores == 0 && u.spill_loads == 0,
@@ -216,16 +241,17 @@ fn the_ptxas_report_is_read_per_kernel() {
         ptxas info    : Function properties for relu_f16\n\
         \x20   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
         ptxas info    : Used 10 registers, 380 bytes cmem[0]\n";
-    let usage = |registers, spill_stores, spill_loads| Usage {
+    let usage = |registers, stack_frame, spill_stores, spill_loads| Usage {
         registers,
+        stack_frame,
         spill_stores,
         spill_loads,
     };
     assert_eq!(
         parse_ptxas_report(report),
         vec![
-            ("sum_f32".to_string(), usage(18, 4, 12)),
-            ("relu_f16".to_string(), usage(10, 0, 0)),
+            ("sum_f32".to_string(), usage(18, 8, 4, 12)),
+            ("relu_f16".to_string(), usage(10, 0, 0, 0)),
         ]
     );
 }

@@ -30,7 +30,10 @@ fn test_out_of_memory() {
     let err = a
         .malloc(1024usize * 1024 * 1024 * 8000000000, S0)
         .unwrap_err();
-    assert!(matches!(err, Error::AllocationTooLarge { .. }), "{err}");
+    assert!(
+        matches!(err, Error::OutOfMemory { too_large: true, requested, .. } if requested >= 1 << 60),
+        "{err}"
+    );
     assert!(
         err.to_string()
             .contains("Tried to allocate more than 1EB memory"),
@@ -101,7 +104,9 @@ fn the_message_names_the_segment_size_and_keeps_torchs_order_and_units() {
             allocated,
             reserved_unallocated,
             allowed,
+            too_large,
         } => {
+            assert!(!too_large);
             assert_eq!(device, "cpu");
             assert_eq!(alloc_size, 20 * MIB as u64);
             assert_eq!(requested, 5 * MIB as u64);
@@ -141,11 +146,51 @@ fn a_buffer_of_more_than_1_eib_is_an_out_of_memory_error() {
     let allocated = dev.memory_allocated();
     let err = dev.alloc::<f32>(1 << 62).unwrap_err();
     assert!(err.is_out_of_memory(), "{err}");
-    assert!(matches!(err, Error::AllocationTooLarge { .. }), "{err}");
+    assert!(
+        matches!(err, Error::OutOfMemory { too_large: true, requested, .. } if requested >= 1 << 60),
+        "{err}"
+    );
     assert!(
         err.to_string()
             .ends_with(". Tried to allocate more than 1EB memory."),
         "{err}"
     );
     assert_eq!(dev.memory_allocated(), allocated, "nothing was allocated");
+}
+
+/// torch raises `torch.OutOfMemoryError` for a request of 1 EiB or more, as for any other: code
+/// that matches `Error::OutOfMemory { .. }` catches both, and the numbers are the device's.
+#[test]
+fn a_request_of_1_eib_is_the_same_kind_of_error_as_any_out_of_memory() {
+    let a = allocator(64 * MIB);
+    let live = a.malloc(3 * MIB, S0).unwrap();
+    let err = a.malloc(1 << 60, S0).unwrap_err();
+    match &err {
+        Error::OutOfMemory {
+            device,
+            alloc_size,
+            requested,
+            total,
+            allocated,
+            too_large,
+            ..
+        } => {
+            assert!(*too_large);
+            assert_eq!(device, "cpu");
+            assert_eq!((*alloc_size, *requested), (1 << 60, 1 << 60));
+            assert_eq!(*total, 64 * MIB as u64);
+            assert_eq!(*allocated, 3 * MIB as u64);
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "Out of memory on the cpu device. Tried to allocate more than 1EB memory."
+    );
+    assert_eq!(
+        a.memory_stats().get("num_ooms"),
+        Some(0),
+        "the guard is not the allocator's out-of-memory"
+    );
+    a.free(live, vec![]);
 }

@@ -123,10 +123,14 @@ for e, w in zip(entries, want['trace']):
     assert e.get('frames', []) == [{'filename': f['filename'], 'line': f['line'], 'name': f['name']}
                                    for f in w.get('frames', [])]
 settings = snap['allocator_settings']
-for k in ('PYTORCH_CUDA_ALLOC_CONF', 'max_split_size', 'garbage_collection_threshold',
-          'expandable_segments', 'pinned_num_register_threads', 'release_lock_on_cudamalloc',
-          'pinned_use_cuda_host_register', 'roundup_power2_divisions'):
-    assert k in settings, k
+# torch's keys in torch's order (torch/csrc/cuda/memory_snapshot.cpp, as the Python API's
+# THCPModule_memorySnapshot writes them too).
+assert list(settings) == [
+    'PYTORCH_CUDA_ALLOC_CONF', 'max_split_size', 'garbage_collection_threshold',
+    'expandable_segments', 'pinned_num_register_threads', 'release_lock_on_cudamalloc',
+    'pinned_use_cuda_host_register', 'graph_capture_record_stream_reuse',
+    'roundup_power2_divisions'], list(settings)
+assert settings['graph_capture_record_stream_reuse'] is False
 print(' '.join(e['action'] for e in entries))
 print(settings['PYTORCH_CUDA_ALLOC_CONF'], settings['max_split_size'],
       settings['garbage_collection_threshold'], settings['expandable_segments'])
@@ -483,7 +487,8 @@ fn a_pickle_of_another_shape_is_not_a_snapshot() -> Result<()> {
     let e = read_error(&python_pickle("[1, 2]")?);
     assert_eq!(
         e.to_string(),
-        "not a PyTorch memory snapshot: the pickle holds a list, not a dict"
+        "not a PyTorch memory snapshot: the pickle holds a list whose item 0 is an int: neither \
+         a snapshot dict nor the list of segment dicts torch.cuda.memory.memory_snapshot() returns"
     );
     // A dict with segments and no trace.
     let e = read_error(&python_pickle("{'segments': []}")?);

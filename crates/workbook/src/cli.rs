@@ -1,11 +1,11 @@
 //! The command line: every command of `workbook`, gathered here; each command's flags live beside
 //! it (`commands::check::CheckArgs`, `grade::GradeArgs`, ...).
 
-use crate::book::{BookArgs, pictures::PicturesArgs, viz::VizArgs};
+use crate::book::{BookArgs, pictures::PicturesArgs};
 use crate::commands::{
     check::CheckArgs, diff::DiffArgs, hint::HintArgs, inspect::InspectArgs, list::ListArgs,
     replay::ReplayArgs, reset::ResetArgs, solution::SolutionArgs, start::StartArgs,
-    verify::VerifyArgs, watch::WatchArgs,
+    verify::VerifyArgs, viz::VizArgs, watch::WatchArgs,
 };
 use crate::grade::{GradeArgs, export::ExportArgs};
 use clap::{Parser, Subcommand};
@@ -54,7 +54,8 @@ pub enum Command {
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit
     /// XML, CSV, and a feedback report per student.
     Grade(GradeArgs),
-    /// Package the grader for a hosted autograder (`export gradescope --out autograder.zip`).
+    /// Package the course: the repository a class receives (`export student --out DIR`), or the
+    /// grader for a hosted autograder (`export gradescope --out autograder.zip`).
     Export(ExportArgs),
     /// Draw a gpumem snapshot as SVG: memory over time, and each segment with its blocks.
     Viz(VizArgs),

@@ -4,6 +4,8 @@
 //! - [`commands`]: one module per learner's and maintainer's command;
 //! - [`grade`]: the instructor's grading, its reports and the Gradescope package;
 //! - [`book`]: building and serving the book, its pages and its allocator pictures;
+//! - [`snapshot`]: what a snapshot file says (its history, read by `inspect`, `diff`, `viz` and
+//!   `replay`) and its drawing, shared by the commands and the book's pictures;
 //! - [`run`](mod@run): running learner code: scratch workspaces, the per-test-process runner, the sandbox;
 //! - [`course`]: the course and the learner's state: the repository, `chapter.toml`, progress.
 
@@ -15,12 +17,13 @@ pub mod commands;
 pub mod course;
 pub mod grade;
 pub mod run;
+pub mod snapshot;
 
 use anyhow::Result;
-use book::{pictures, viz};
+use book::pictures;
 use cli::{Cli, Command};
 use commands::{
-    check, diff, doctor, hint, inspect, list, replay, reset, solution, start, verify, watch,
+    check, diff, doctor, hint, inspect, list, replay, reset, solution, start, verify, viz, watch,
 };
 use course::app_state::{self, Repo};
 use std::process::ExitCode;
@@ -48,7 +51,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     &args.out,
                     args.hidden_tests.as_deref(),
                     args.no_sandbox,
+                    &args.assignment,
                 )?;
+                Ok(ExitCode::SUCCESS)
+            }
+            grade::export::ExportTarget::Student(args) => {
+                grade::student::command(cli.root.as_deref(), &args.out)?;
                 Ok(ExitCode::SUCCESS)
             }
         },

@@ -1226,7 +1226,7 @@ impl BookCheck {
         let history: Value =
             serde_json::from_str(&data).map_err(|e| format!("{HISTORY_PAGE}'s history: {e}"))?;
         let rows = history["trace"].as_array().cloned().unwrap_or_default();
-        let size = |v: &Value| workbook::book::viz::size(v.as_u64().unwrap_or(0));
+        let size = |v: &Value| workbook::snapshot::viz::size(v.as_u64().unwrap_or(0));
         let totals = |i: usize| {
             rows.get(i).map_or_else(String::new, |r| {
                 format!("→ allocated {}, reserved {}", size(&r[6]), size(&r[7]))
@@ -1636,7 +1636,7 @@ impl BookCheck {
         };
         let copy_words = format!(
             "copy host→device {} on stream {} from pinned block {}",
-            workbook::book::viz::size(work[upload][5].as_u64().unwrap_or(0)),
+            workbook::snapshot::viz::size(work[upload][5].as_u64().unwrap_or(0)),
             work[upload][4],
             work[upload][6]
         );

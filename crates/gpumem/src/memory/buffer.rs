@@ -20,7 +20,7 @@ impl<T: bytemuck::Pod + Default + std::fmt::Debug + Send + Sync + 'static> Eleme
 pub(crate) struct Storage {
     pub(crate) device: Device,
     pub(crate) alloc: Allocation,
-    stream: RawStream,
+    stream: StreamId,
     /// Other streams that used this memory (`record_stream`).
     uses: Mutex<Vec<Stream>>,
     /// torch's version counter: bumped by every in-place write through a tensor, shared by every
@@ -33,7 +33,7 @@ impl Drop for Storage {
         let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()));
         let pending: Vec<Box<dyn PendingUse>> = uses
             .iter()
-            .filter_map(|s| s.record_event().ok())
+            .filter_map(|s| s.record_untimed_event().ok())
             .map(|e| Box::new(e) as Box<dyn PendingUse>)
             .collect();
         self.device.inner.allocator.free(self.alloc, pending);
@@ -67,9 +67,9 @@ fn bytes_for<T>(len: usize) -> usize {
 
 impl Device {
     #[track_caller]
-    fn alloc_storage(&self, bytes: usize, stream: RawStream) -> Result<Arc<Storage>> {
+    fn alloc_storage(&self, bytes: usize, stream: StreamId) -> Result<Arc<Storage>> {
         self.check_setup()?;
-        let alloc = self.inner.allocator.malloc(bytes, StreamId(stream.0))?;
+        let alloc = self.inner.allocator.malloc(bytes, stream)?;
         Ok(Arc::new(Storage {
             device: self.clone(),
             alloc,
@@ -80,7 +80,7 @@ impl Device {
     }
 
     #[track_caller]
-    fn buffer<T: Element>(&self, len: usize, stream: RawStream) -> Result<Buffer<T>> {
+    fn buffer<T: Element>(&self, len: usize, stream: StreamId) -> Result<Buffer<T>> {
         let storage = self.alloc_storage(bytes_for::<T>(len), stream)?;
         Ok(Buffer {
             storage,
@@ -92,7 +92,7 @@ impl Device {
     /// `len` zeros of `T` on this device (`torch.zeros`): no host data, no copy.
     #[track_caller]
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
-        let buf = self.buffer::<T>(len, RawStream(0))?;
+        let buf = self.buffer::<T>(len, StreamId(0))?;
         if len > 0 {
             // SAFETY: the block is ours and holds at least size_bytes bytes.
             unsafe { self.fill_zero(buf.ptr(), buf.size_bytes(), RawStream(0), 0)? };
@@ -124,7 +124,7 @@ impl Device {
     /// A buffer holding a copy of `data` (one host-to-device copy, `torch.tensor(data, device=..)`).
     #[track_caller]
     pub fn from_slice<T: Element>(&self, data: &[T]) -> Result<Buffer<T>> {
-        let mut buf = self.buffer::<T>(data.len(), RawStream(0))?;
+        let mut buf = self.buffer::<T>(data.len(), StreamId(0))?;
         buf.copy_from_slice(data)?;
         Ok(buf)
     }
@@ -141,7 +141,7 @@ impl Stream {
     #[track_caller]
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         let dev = self.device();
-        let buf = dev.buffer::<T>(len, self.raw())?;
+        let buf = dev.buffer::<T>(len, self.id())?;
         if len > 0 {
             let (bytes, id) = (buf.size_bytes(), self.id().0);
             // SAFETY: the block is ours and holds at least size_bytes bytes.
@@ -184,7 +184,7 @@ impl<T: Element> Buffer<T> {
 
     /// The stream the buffer was allocated on.
     pub fn stream_id(&self) -> StreamId {
-        StreamId(self.storage.stream.0)
+        self.storage.stream
     }
 
     /// How many in-place writes the memory has had through autograd tensors (`tensor._version`).
@@ -303,7 +303,7 @@ impl<T: Element> Buffer<T> {
 
     /// A new buffer with the same contents on the same device (`tensor.clone()`: one device copy).
     pub fn try_clone(&self) -> Result<Buffer<T>> {
-        let mut copy = self.device().buffer::<T>(self.len, RawStream(0))?;
+        let mut copy = self.device().buffer::<T>(self.len, StreamId(0))?;
         copy.copy_from(self)?;
         Ok(copy)
     }
@@ -318,7 +318,7 @@ impl<T: Element> Buffer<T> {
                 _element: PhantomData,
             });
         }
-        let out = device.buffer::<T>(self.len, RawStream(0))?;
+        let out = device.buffer::<T>(self.len, StreamId(0))?;
         let n = self.size_bytes();
         if n > 0 {
             let (src, dst) = (self.device(), device);
@@ -363,9 +363,13 @@ impl<T: Element> Buffer<T> {
     }
 
     /// Marks the memory as used by `stream` too (`tensor.record_stream`): when the buffer is
-    /// dropped, its block is not reused until that stream's work queued so far is done.
+    /// dropped, its block is not reused until that stream's work queued so far is done. Without
+    /// it, a buffer allocated on a side stream, read by work queued on another stream and
+    /// dropped goes back to the side stream's cache at once: its next allocation there (and the
+    /// zero-fill `Stream::alloc` queues on it) may overwrite the memory before that work has read
+    /// it, as in torch. The copy functions of pinned buffers call it for you.
     pub fn record_stream(&self, stream: &Stream) {
-        if stream.device() != self.device() || stream.raw() == self.storage.stream {
+        if stream.device() != self.device() || stream.id() == self.storage.stream {
             return;
         }
         let mut uses = self.storage.uses.lock().unwrap_or_else(|p| p.into_inner());

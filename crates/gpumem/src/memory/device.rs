@@ -7,10 +7,13 @@ use crate::policy::allocator::CachingAllocator;
 use crate::policy::config::AllocatorConfig;
 use crate::policy::history::Snapshot;
 use crate::policy::stats::MemoryStats;
-use crate::raw::backend::{DeviceBackend, DeviceProperties, DevicePtr, RawMemory, ReserveError};
-use crate::raw::cpu::{CpuBackend, cpu_capacity, physical_memory};
+use crate::raw::backend::{
+    DeviceBackend, DeviceProperties, DevicePtr, MappedPage, RawMemory, ReserveError,
+};
+use crate::raw::cpu::{CpuBackend, cpu_capacity, cpu_streams_late, physical_memory};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Which device: the host-memory stand-in or a CUDA GPU.
@@ -54,9 +57,9 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { (**self).map(ptr, size) }
     }
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
         // SAFETY: forwarded with the caller's guarantee.
-        unsafe { (**self).unmap(ptr, size, handle) }
+        unsafe { (**self).unmap(pages) }
     }
 }
 
@@ -72,6 +75,9 @@ pub(crate) struct DeviceInner {
     pub(crate) cuda: Option<Arc<crate::raw::cuda::CudaBackend>>,
     /// A malformed setting found when the device was opened, reported by every allocation.
     setup_error: Option<(String, String)>,
+    /// The next stream's [`StreamId`](crate::policy::allocator::StreamId) (0 is the default
+    /// stream's).
+    pub(crate) next_stream_id: AtomicU64,
 }
 
 /// A cheap, clonable handle to one device. Every handle to the same device shares one allocator.
@@ -116,12 +122,21 @@ impl Device {
         Device::open(DeviceKind::Cuda(ordinal))
     }
 
-    /// `cuda:0` when CUDA is available, else `cpu`.
+    /// `cuda:0` when the CUDA driver, cuBLAS and NVRTC all load, else `cpu`; where the driver
+    /// works but a library does not, the reason is printed once, on stderr
+    /// ([`auto_cpu_reason`](crate::raw::driver::auto_cpu_reason) gives it).
     pub fn best() -> Device {
-        if crate::raw::driver::is_available()
-            && let Ok(dev) = Device::cuda(0)
-        {
-            return dev;
+        match crate::raw::driver::auto_cpu_reason() {
+            None => {
+                if let Ok(dev) = Device::cuda(0) {
+                    return dev;
+                }
+            }
+            Some(reason) if crate::raw::driver::is_available() => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| eprintln!("gpumem: using the cpu device: {reason}"));
+            }
+            Some(_) => {}
         }
         Device::cpu()
     }
@@ -160,10 +175,17 @@ impl Device {
         let mut setup_error = None;
         let mut cuda = None;
         let backend: Arc<dyn DeviceBackend> = match kind {
-            DeviceKind::Cpu => Arc::new(CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
-                setup_error = Some(setting_parts(e));
-                physical_memory()
-            }))),
+            DeviceKind::Cpu => {
+                let backend = CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
+                    setup_error = Some(setting_parts(e));
+                    physical_memory()
+                }));
+                backend.set_late_streams(cpu_streams_late().unwrap_or_else(|e| {
+                    setup_error.get_or_insert(setting_parts(e));
+                    false
+                }));
+                Arc::new(backend)
+            }
             DeviceKind::Cuda(n) => {
                 let backend = Arc::new(crate::raw::cuda::CudaBackend::new(n)?);
                 cuda = Some(backend.clone());
@@ -184,6 +206,7 @@ impl Device {
                 activity: crate::memory::activity::ActivityLog::new(kind.to_string()),
                 cuda,
                 setup_error,
+                next_stream_id: AtomicU64::new(1),
             }),
         };
         devices.insert(kind, dev.clone());
@@ -376,6 +399,22 @@ impl Device {
     /// Waits for all work on the device (`torch.cuda.synchronize`).
     pub fn synchronize(&self) -> Result<()> {
         self.inner.backend.synchronize()
+    }
+
+    /// Whether work queued on a stream may still be running when the call that queued it returns
+    /// (a copy with `_async`): always on cuda; on cpu after [`set_late_streams`](Self::set_late_streams).
+    pub fn late_streams(&self) -> bool {
+        self.inner.backend.late_streams()
+    }
+
+    /// On cpu: makes streams run their work late, as a GPU does (`true`), so that a missing
+    /// [`Stream::wait_stream`](crate::memory::stream::Stream::wait_stream) or `synchronize` shows:
+    /// an asynchronous copy then runs only when a synchronize, an event or another stream's wait
+    /// needs it, and whoever reads its memory before that sees the memory as it was. `false` (the
+    /// default, unless `GPUMEM_CPU_STREAMS=late`) runs every copy when it is queued. Nothing on
+    /// cuda, whose streams always run late.
+    pub fn set_late_streams(&self, late: bool) {
+        self.inner.backend.set_late_streams(late);
     }
 
     /// Copies made on this device so far, by direction.

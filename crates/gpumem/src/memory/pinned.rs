@@ -128,7 +128,8 @@ impl<T: Element> PinnedBuffer<T> {
     }
 
     /// Queues a copy of this pinned data into `dst` on `stream` and returns at once (cuda); the
-    /// device buffer is marked as used by `stream`. On cpu the copy is done on return.
+    /// device buffer is marked as used by `stream`. On cpu the copy is done on return unless
+    /// [`Device::set_late_streams`] made it run late.
     pub fn copy_to_device_async(&mut self, dst: &mut Buffer<T>, stream: &Stream) -> Result<()> {
         self.check("copy_to_device_async", dst, stream)?;
         let n = dst.size_bytes();
@@ -154,7 +155,7 @@ impl<T: Element> PinnedBuffer<T> {
                 Some(self.block),
             );
             dst.record_stream(stream);
-            self.track(stream.record_event()?);
+            self.track(stream.record_untimed_event()?);
             self.device.count(Direction::HostToDevice, n, true);
         }
         Ok(())
@@ -185,7 +186,7 @@ impl<T: Element> PinnedBuffer<T> {
                 Some(self.block),
             );
             src.record_stream(stream);
-            self.track(stream.record_event()?);
+            self.track(stream.record_untimed_event()?);
             self.device.count(Direction::DeviceToHost, n, true);
         }
         Ok(())

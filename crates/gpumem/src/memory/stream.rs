@@ -6,10 +6,14 @@ pub use crate::memory::event::Event;
 use crate::policy::allocator::StreamId;
 use crate::raw::backend::RawStream;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 struct StreamInner {
     device: Device,
     raw: RawStream,
+    /// The allocator's name for the stream: never reused on its device, unlike the driver's
+    /// handle, which a new stream may get again once this one is destroyed.
+    id: StreamId,
 }
 
 impl Drop for StreamInner {
@@ -21,7 +25,8 @@ impl Drop for StreamInner {
     }
 }
 
-/// A queue of work on a device. On cpu all work is synchronous and a stream is only a name.
+/// A queue of work on a device. On cpu its work runs when queued, or late as on a GPU after
+/// [`Device::set_late_streams`].
 #[derive(Clone)]
 pub struct Stream {
     inner: Arc<StreamInner>,
@@ -29,13 +34,13 @@ pub struct Stream {
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Stream({}, {})", self.inner.device, self.inner.raw.0)
+        write!(f, "Stream({}, {})", self.inner.device, self.inner.id.0)
     }
 }
 
 impl PartialEq for Stream {
     fn eq(&self, other: &Self) -> bool {
-        self.inner.device == other.inner.device && self.inner.raw == other.inner.raw
+        self.inner.device == other.inner.device && self.inner.id == other.inner.id
     }
 }
 
@@ -43,10 +48,12 @@ impl Device {
     /// A new stream on this device (`torch.cuda.Stream()`).
     pub fn stream(&self) -> Result<Stream> {
         let raw = self.inner.backend.create_stream()?;
+        let id = StreamId(self.inner.next_stream_id.fetch_add(1, Ordering::Relaxed));
         Ok(Stream {
             inner: Arc::new(StreamInner {
                 device: self.clone(),
                 raw,
+                id,
             }),
         })
     }
@@ -57,6 +64,7 @@ impl Device {
             inner: Arc::new(StreamInner {
                 device: self.clone(),
                 raw: RawStream(0),
+                id: StreamId(0),
             }),
         }
     }
@@ -72,9 +80,10 @@ impl Stream {
         &self.inner.device
     }
 
-    /// The allocator's name for this stream.
+    /// The allocator's name for this stream: 0 for the default stream, then 1, 2, ... in order of
+    /// creation on its device, never reused (blocks are cached per stream by it).
     pub fn id(&self) -> StreamId {
-        StreamId(self.inner.raw.0)
+        self.inner.id
     }
 
     pub(crate) fn raw(&self) -> RawStream {
@@ -87,7 +96,7 @@ impl Stream {
     }
 
     /// Makes work queued on this stream from now on wait for `event` (`torch.cuda.Stream.wait_event`);
-    /// the host does not wait. On cpu all work is already in order.
+    /// the host does not wait.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.inner
             .device
@@ -99,19 +108,27 @@ impl Stream {
     /// Makes work queued on this stream from now on wait for all work queued on `other` so far
     /// (`torch.cuda.Stream.wait_stream`).
     pub fn wait_stream(&self, other: &Stream) -> Result<()> {
-        self.wait_event(&other.record_event()?)
+        self.wait_event(&other.record_untimed_event()?)
     }
 
-    /// Marks the current end of this stream's work.
+    /// Marks the current end of this stream's work with an event that can also time it
+    /// ([`Event::elapsed_ms`]; torch's `torch.cuda.Event(enable_timing=True)` recorded here).
     pub fn record_event(&self) -> Result<Event> {
-        let raw = self
-            .inner
-            .device
-            .inner
-            .backend
-            .record_event(self.inner.raw)?;
+        self.record(true)
+    }
+
+    /// As [`record_event`](Self::record_event), with an event that cannot time (torch's default,
+    /// `enable_timing=False`): what the runtime itself waits for, taken from the device's pool on
+    /// cuda.
+    pub fn record_untimed_event(&self) -> Result<Event> {
+        self.record(false)
+    }
+
+    fn record(&self, timing: bool) -> Result<Event> {
+        let backend = &self.inner.device.inner.backend;
+        let raw = backend.record_event(self.inner.raw, timing)?;
         Ok(Event {
-            backend: self.inner.device.inner.backend.clone(),
+            backend: backend.clone(),
             raw: Some(raw),
         })
     }

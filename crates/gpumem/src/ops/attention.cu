@@ -185,7 +185,13 @@ __device__ __forceinline__ double gm_score(const T* q, const T* k, gm_u64 z, gm_
     return dot * (double)scale;
 }
 
-#define GM_SDPA_MAX_D 256
+// GM_SDPA_TILE (defined by gpumem's kernel_source.rs from `SDPA_TILE`): the output columns one
+// thread of the attention kernels computes. Its accumulators are GM_SDPA_TILE doubles, indexed
+// only by unrolled loops, so they live in registers: an array indexed at run time would live in
+// local memory, and the driver reserves a context's local memory for the largest stack frame of
+// any kernel on every thread the device can hold (a 4 KiB frame is about 1 GiB on an H100), outside
+// the caching allocator. The threads of one query (one per tile) each recompute the scores.
+#define GM_SDPA_UNROLL _Pragma("unroll")
 
 // Where element c of query i of head z sits in the output (and its gradient): [heads, s, d], or
 // with `rows` the [b, s, a*d] rows of a layer (z = batch * a + head), as torch's fused kernels
@@ -195,32 +201,36 @@ __device__ __forceinline__ gm_u64 gm_out_index(gm_u64 z, gm_u64 i, gm_u64 c, gm_
     return rows ? (((z / a) * s + i) * a + z % a) * d + c : (z * s + i) * d + c;
 }
 
-// Memory-efficient attention, one thread per (head, query): two passes over the keys (the
-// log-sum-exp, then the output), no s x s matrix in memory; dropout decided by gm_keep on the
-// element's index in the [heads, s, s] matrix it never stores.
+// Memory-efficient attention, one thread per (head, query, tile of GM_SDPA_TILE columns): two
+// passes over the keys (the log-sum-exp, then the output), no s x s matrix in memory; dropout
+// decided by gm_keep on the element's index in the [heads, s, s] matrix it never stores.
 template <typename T>
 __device__ __forceinline__ void gm_sdpa_forward(const T* q, const T* k, const T* v, T* out,
                                                 float* lse, gm_u64 heads, gm_u64 s, gm_u64 d,
                                                 gm_u64 lse_stride, float scale, gm_u32 causal,
                                                 float p, gm_u64 seed, gm_u64 a,
                                                 gm_u32 rows) {
-    GM_FOR_EACH(row, heads * s) {
+    gm_u64 tiles = (d + GM_SDPA_TILE - 1) / GM_SDPA_TILE;
+    GM_FOR_EACH(item, heads * s * tiles) {
+        gm_u64 row = item / tiles, c0 = (item % tiles) * GM_SDPA_TILE;
         gm_u64 z = row / s, i = row % s, last = causal ? i + 1 : s;
         double m = -1.0e300;
         for (gm_u64 j = 0; j < last; ++j) m = fmax(m, gm_score(q, k, z, i, j, s, d, scale));
         double sum = 0.0;
         for (gm_u64 j = 0; j < last; ++j) sum += exp(gm_score(q, k, z, i, j, s, d, scale) - m);
         double l = m + log(sum);
-        lse[z * lse_stride + i] = (float)l;
-        double acc[GM_SDPA_MAX_D];
-        for (gm_u64 c = 0; c < d; ++c) acc[c] = 0.0;
+        if (c0 == 0) lse[z * lse_stride + i] = (float)l;
+        double acc[GM_SDPA_TILE];
+        GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t) acc[t] = 0.0;
         double keep_scale = 1.0 / (1.0 - (double)p);
         for (gm_u64 j = 0; j < last; ++j) {
             if (p > 0.0f && !gm_keep(seed, row * s + j, p)) continue;
             double w = exp(gm_score(q, k, z, i, j, s, d, scale) - l) * (p > 0.0f ? keep_scale : 1.0);
-            for (gm_u64 c = 0; c < d; ++c) acc[c] += w * (double)gm_load(v, (z * s + j) * d + c);
+            GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t)
+                if (c0 + t < d) acc[t] += w * (double)gm_load(v, (z * s + j) * d + c0 + t);
         }
-        for (gm_u64 c = 0; c < d; ++c) gm_store(out, gm_out_index(z, i, c, s, d, a, rows), (float)acc[c]);
+        GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t)
+            if (c0 + t < d) gm_store(out, gm_out_index(z, i, c0 + t, s, d, a, rows), (float)acc[t]);
     }
 }
 
@@ -249,29 +259,33 @@ __device__ __forceinline__ double gm_sdpa_delta(const T* out, const T* dout, gm_
     return dot;
 }
 
-// One thread per (head, query): dq_i = scale * sum_j P_ij (dP_ij - D_i) k_j.
+// One thread per (head, query, tile): dq_i = scale * sum_j P_ij (dP_ij - D_i) k_j.
 template <typename T>
 __device__ __forceinline__ void gm_sdpa_backward_q(const T* q, const T* k, const T* v, const T* out,
                                                    const T* dout, const float* lse, T* dq,
                                                    gm_u64 heads, gm_u64 s, gm_u64 d,
                                                    gm_u64 lse_stride, float scale, gm_u32 causal,
                                                    float p, gm_u64 seed, gm_u64 a, gm_u32 rows) {
-    GM_FOR_EACH(row, heads * s) {
+    gm_u64 tiles = (d + GM_SDPA_TILE - 1) / GM_SDPA_TILE;
+    GM_FOR_EACH(item, heads * s * tiles) {
+        gm_u64 row = item / tiles, c0 = (item % tiles) * GM_SDPA_TILE;
         gm_u64 z = row / s, i = row % s, last = causal ? i + 1 : s;
         double delta = gm_sdpa_delta(out, dout, z, i, s, d, a, rows);
         double l = (double)lse[z * lse_stride + i];
-        double acc[GM_SDPA_MAX_D];
-        for (gm_u64 c = 0; c < d; ++c) acc[c] = 0.0;
+        double acc[GM_SDPA_TILE];
+        GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t) acc[t] = 0.0;
         for (gm_u64 j = 0; j < last; ++j) {
             double pij = exp(gm_score(q, k, z, i, j, s, d, scale) - l);
             double ds = pij * (gm_sdpa_dp(v, dout, z, i, j, s, d, p, seed, a, rows) - delta);
-            for (gm_u64 c = 0; c < d; ++c) acc[c] += ds * (double)gm_load(k, (z * s + j) * d + c);
+            GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t)
+                if (c0 + t < d) acc[t] += ds * (double)gm_load(k, (z * s + j) * d + c0 + t);
         }
-        for (gm_u64 c = 0; c < d; ++c) gm_store(dq, row * d + c, (float)(acc[c] * (double)scale));
+        GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t)
+            if (c0 + t < d) gm_store(dq, row * d + c0 + t, (float)(acc[t] * (double)scale));
     }
 }
 
-// One thread per (head, key): dk_j = scale * sum_i dS_ij q_i, dv_j = sum_i z_ij P_ij dO_i.
+// One thread per (head, key, tile): dk_j = scale * sum_i dS_ij q_i, dv_j = sum_i z_ij P_ij dO_i.
 template <typename T>
 __device__ __forceinline__ void gm_sdpa_backward_kv(const T* q, const T* k, const T* v,
                                                     const T* out, const T* dout, const float* lse,
@@ -279,24 +293,30 @@ __device__ __forceinline__ void gm_sdpa_backward_kv(const T* q, const T* k, cons
                                                     gm_u64 lse_stride, float scale, gm_u32 causal,
                                                     float p, gm_u64 seed, gm_u64 a,
                                                     gm_u32 rows) {
-    GM_FOR_EACH(row, heads * s) {
+    gm_u64 tiles = (d + GM_SDPA_TILE - 1) / GM_SDPA_TILE;
+    GM_FOR_EACH(item, heads * s * tiles) {
+        gm_u64 row = item / tiles, c0 = (item % tiles) * GM_SDPA_TILE;
         gm_u64 z = row / s, j = row % s, first = causal ? j : 0;
-        double ak[GM_SDPA_MAX_D], av[GM_SDPA_MAX_D];
-        for (gm_u64 c = 0; c < d; ++c) { ak[c] = 0.0; av[c] = 0.0; }
+        double ak[GM_SDPA_TILE], av[GM_SDPA_TILE];
+        GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t) { ak[t] = 0.0; av[t] = 0.0; }
         for (gm_u64 i = first; i < s; ++i) {
             double pij = exp(gm_score(q, k, z, i, j, s, d, scale) - (double)lse[z * lse_stride + i]);
             double delta = gm_sdpa_delta(out, dout, z, i, s, d, a, rows);
             double ds = pij * (gm_sdpa_dp(v, dout, z, i, j, s, d, p, seed, a, rows) - delta);
             bool kept = !(p > 0.0f) || gm_keep(seed, (z * s + i) * s + j, p);
             double pv = kept ? (p > 0.0f ? pij / (1.0 - (double)p) : pij) : 0.0;
-            for (gm_u64 c = 0; c < d; ++c) {
-                ak[c] += ds * (double)gm_load(q, (z * s + i) * d + c);
-                av[c] += pv * (double)gm_load(dout, gm_out_index(z, i, c, s, d, a, rows));
+            GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t) {
+                if (c0 + t < d) {
+                    ak[t] += ds * (double)gm_load(q, (z * s + i) * d + c0 + t);
+                    av[t] += pv * (double)gm_load(dout, gm_out_index(z, i, c0 + t, s, d, a, rows));
+                }
             }
         }
-        for (gm_u64 c = 0; c < d; ++c) {
-            gm_store(dk, row * d + c, (float)(ak[c] * (double)scale));
-            gm_store(dv, row * d + c, (float)av[c]);
+        GM_SDPA_UNROLL for (int t = 0; t < GM_SDPA_TILE; ++t) {
+            if (c0 + t < d) {
+                gm_store(dk, row * d + c0 + t, (float)(ak[t] * (double)scale));
+                gm_store(dv, row * d + c0 + t, (float)av[t]);
+            }
         }
     }
 }

@@ -9,13 +9,11 @@
 use super::cuda::Arg;
 use super::dropout::dropout_keeps;
 use super::elementwise::Launch;
+use super::kernel_source::SDPA_TILE;
 use super::{Float, check_len, count, host, host_mut, invalid};
 use crate::error::Result;
 use crate::memory::buffer::Buffer;
 use crate::memory::device::Device;
-
-/// The largest head dimension [`sdpa_forward`] takes (the CUDA kernels' per-thread accumulators).
-pub const SDPA_MAX_HEAD_DIM: usize = 256;
 
 fn flag(b: bool) -> Arg {
     Arg::U32(b as u32)
@@ -366,13 +364,6 @@ pub struct SdpaShape {
 impl SdpaShape {
     fn check(&self, dev: &Device, q: &[&Buffer<impl Float>]) -> Result<usize> {
         const OP: &str = "sdpa";
-        if self.d > SDPA_MAX_HEAD_DIM {
-            return Err(invalid(
-                OP,
-                dev,
-                format!("head dimension {} is above {SDPA_MAX_HEAD_DIM}", self.d),
-            ));
-        }
         if self.lse_stride < self.s {
             return Err(invalid(OP, dev, "lse_stride is below s".into()));
         }
@@ -391,6 +382,11 @@ impl SdpaShape {
             check_len(OP, "q, k, v, out ([heads, s, d])", dev, t, n)?;
         }
         Ok(n)
+    }
+
+    /// CUDA threads of one attention kernel: one per (head, query or key, tile of columns).
+    fn threads(&self) -> usize {
+        self.heads * self.s * self.d.div_ceil(SDPA_TILE)
     }
 
     fn args(&self) -> [Arg; 10] {
@@ -485,7 +481,7 @@ pub fn sdpa_forward<T: Float>(
         args.extend(shape.args());
         launch.cuda(
             &format!("sdpa_forward_{}", T::DTYPE),
-            shape.heads * shape.s,
+            shape.threads(),
             &args,
         )?;
         return Ok((out, lse));
@@ -545,19 +541,26 @@ pub fn sdpa_backward<T: Float>(
     if n == 0 {
         return Ok((dq, dk, dv));
     }
-    let rows = shape.heads * shape.s;
     if dev.is_cuda() {
         let common = [q, k, v, out, grad_out].map(|b| Arg::Ptr(b.ptr()));
         let launch = Launch::begin(&dev, OP, dq.size_bytes());
         let mut args = common.to_vec();
         args.extend([Arg::Ptr(lse.ptr()), Arg::Ptr(dq.ptr())]);
         args.extend(shape.args());
-        launch.cuda(&format!("sdpa_backward_q_{}", T::DTYPE), rows, &args)?;
+        launch.cuda(
+            &format!("sdpa_backward_q_{}", T::DTYPE),
+            shape.threads(),
+            &args,
+        )?;
         let launch = Launch::named(&dev, OP, "sdpa_backward_kv", dk.size_bytes() * 2);
         let mut args = common.to_vec();
         args.extend([Arg::Ptr(lse.ptr()), Arg::Ptr(dk.ptr()), Arg::Ptr(dv.ptr())]);
         args.extend(shape.args());
-        launch.cuda(&format!("sdpa_backward_kv_{}", T::DTYPE), rows, &args)?;
+        launch.cuda(
+            &format!("sdpa_backward_kv_{}", T::DTYPE),
+            shape.threads(),
+            &args,
+        )?;
         return Ok((dq, dk, dv));
     }
     let _launch = Launch::begin(&dev, OP, dq.size_bytes());

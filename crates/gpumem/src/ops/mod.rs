@@ -44,8 +44,8 @@ mod optim;
 mod random;
 
 pub use attention::{
-    HeadLayout, SDPA_MAX_HEAD_DIM, SdpaShape, bmm, causal_mask, heads_to_rows, rows_to_heads,
-    sdpa_backward, sdpa_forward, softmax, softmax_backward,
+    HeadLayout, SdpaShape, bmm, causal_mask, heads_to_rows, rows_to_heads, sdpa_backward,
+    sdpa_forward, softmax, softmax_backward,
 };
 pub use dropout::{dropout_apply, dropout_keeps, dropout_mask};
 pub use elementwise::{
@@ -65,6 +65,7 @@ pub use random::XorShift;
 use crate::error::{Error, Result};
 use crate::memory::buffer::{Buffer, Element};
 use crate::memory::device::Device;
+use crate::raw::backend::RawStream;
 use half::{bf16, f16};
 
 /// The element types the compute layer works on.
@@ -259,6 +260,7 @@ pub(crate) fn product(op: &'static str, dev: &Device, a: usize, b: usize) -> Res
 /// `buf` is on the cpu device (its address is host memory) and nothing writes to its memory while
 /// the slice lives.
 pub(crate) unsafe fn host<T: Element>(buf: &Buffer<T>) -> &[T] {
+    after_default_stream(buf);
     if buf.is_empty() {
         return &[];
     }
@@ -272,11 +274,20 @@ pub(crate) unsafe fn host<T: Element>(buf: &Buffer<T>) -> &[T] {
 /// # Safety
 /// As for [`host`], and no other reference to the memory (through a buffer sharing it) lives.
 pub(crate) unsafe fn host_mut<T: Element>(buf: &mut Buffer<T>) -> &mut [T] {
+    after_default_stream(buf);
     if buf.is_empty() {
         return &mut [];
     }
     // SAFETY: as in `host`; exclusiveness is the caller's guarantee.
     unsafe { std::slice::from_raw_parts_mut(buf.ptr() as usize as *mut T, buf.len()) }
+}
+
+/// A cpu kernel runs on the host when called, in the order of the legacy default stream (where cuda
+/// launches kernels): after the work queued there, which may write its buffers. Work queued on
+/// other streams runs only if that stream was waited for, as on a GPU.
+fn after_default_stream<T: Element>(buf: &Buffer<T>) {
+    // Cannot fail: the cpu backend's stream synchronize only runs queued copies.
+    let _ = buf.device().inner.backend.stream_synchronize(RawStream(0));
 }
 
 /// Whether two buffers start at the same address (distinct live blocks never do, so this is

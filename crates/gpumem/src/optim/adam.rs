@@ -213,17 +213,21 @@ impl<T: Float> Adam<T> {
         Ok(())
     }
 
-    /// torch's `_single_tensor_adam`: one parameter at a time.
+    /// torch's `_single_tensor_adam`: one parameter at a time. Its temporaries live as Python's
+    /// variables do: `grad` (a new block with Adam's weight decay) until the next parameter's
+    /// `grad = grads[i]`, and `denom` until the next parameter's `denom = ...` replaces it, so
+    /// the previous parameter's denominator is still allocated while the next one is made.
     fn step_for_loop(&mut self) -> Result<()> {
         let with_grad = with_grad(&self.params);
         self.init_group(&with_grad)?;
+        let mut denom: Option<Buffer<T>> = None;
         for (i, g) in with_grad {
             let g = self.effective_grad(i, &g)?;
             let (step_size, bc2_sqrt) = self.update_moments(i, &g)?;
-            drop(g);
-            let mut denom = self.denominator(i, bc2_sqrt)?;
-            ops::add_scalar(&mut denom, self.options.eps)?;
-            self.apply(i, &denom, step_size)?;
+            let mut next = self.denominator(i, bc2_sqrt)?;
+            ops::add_scalar(&mut next, self.options.eps)?;
+            let current = denom.insert(next);
+            self.apply(i, current, step_size)?;
         }
         Ok(())
     }

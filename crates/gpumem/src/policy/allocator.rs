@@ -17,7 +17,7 @@ use crate::policy::history::{
     BlockInfo, BlockState, History, HistoryOptions, SegmentInfo, Snapshot, TraceAction,
 };
 use crate::policy::stats::{DeviceStats, MemoryStats, Pool};
-use crate::raw::backend::{DevicePtr, RawMemory, ReserveError};
+use crate::raw::backend::{DevicePtr, MappedPage, RawMemory, ReserveError};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -79,13 +79,24 @@ impl<B: RawMemory> CachingAllocator<B> {
     /// Allocates at least `size` bytes for use on `stream`. `size` 0 is an error-free empty block.
     #[track_caller]
     pub fn malloc(&self, size: usize, stream: StreamId) -> Result<Allocation> {
+        let mut guard = self.lock();
         if size as u64 >= ONE_EXA_BYTE {
-            return Err(Error::AllocationTooLarge {
+            // torch's guard, before the allocator is asked: no retry, no `oom` entry, not counted
+            // in `num_ooms`.
+            let (free, total) = self.backend.mem_get_info().unwrap_or((0, 0));
+            let allocated = guard.stats.allocated_bytes.all.current;
+            return Err(Error::OutOfMemory {
                 device: self.device.clone(),
+                alloc_size: size as u64,
                 requested: size as u64,
+                total: total as u64,
+                free: free as u64,
+                allocated,
+                reserved_unallocated: guard.stats.reserved_bytes.all.current - allocated,
+                allowed: guard.limit.map(|l| l as u64),
+                too_large: true,
             });
         }
-        let mut guard = self.lock();
         let st = &mut *guard;
         st.history
             .set_call_site(Some(std::panic::Location::caller()));
@@ -137,6 +148,7 @@ impl<B: RawMemory> CachingAllocator<B> {
                 allocated,
                 reserved_unallocated: st.stats.reserved_bytes.all.current - allocated,
                 allowed: st.limit.map(|l| l as u64),
+                too_large: false,
             });
         };
         Ok(st.alloc_found_block(id, size, rounded))
@@ -563,19 +575,23 @@ impl<B: RawMemory> CachingAllocator<B> {
         Ok(true)
     }
 
-    /// Unmaps pages `begin..end` of expandable segment `segment`.
+    /// Unmaps pages `begin..end` of expandable segment `segment`: one backend call, which waits
+    /// once for the work that may still use them.
     fn unmap_pages(&self, st: &mut State, segment: usize, begin: usize, end: usize) {
         let seg = st.segment_mut(segment);
         let (base, page_size) = (seg.base, seg.page_size);
-        for page in begin..end {
-            if let Some(handle) = seg.pages[page].take() {
-                // SAFETY: the page was mapped by `map` with this handle and holds no live block.
-                unsafe {
-                    self.backend
-                        .unmap(base + (page * page_size) as u64, page_size, handle)
-                };
-            }
-        }
+        let pages: Vec<MappedPage> = (begin..end)
+            .filter_map(|page| {
+                let handle = seg.pages[page].take()?;
+                Some(MappedPage {
+                    ptr: base + (page * page_size) as u64,
+                    size: page_size,
+                    handle,
+                })
+            })
+            .collect();
+        // SAFETY: every page was mapped by `map` with its handle and holds no live block.
+        unsafe { self.backend.unmap(&pages) };
     }
 
     /// Finds room for `size` bytes in an expandable segment and maps what is missing (torch's

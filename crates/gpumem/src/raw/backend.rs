@@ -45,11 +45,24 @@ pub trait RawMemory: Send + Sync {
     /// # Safety
     /// The range lies inside address space from `reserve_address_space` and is not mapped.
     unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError>;
-    /// Takes the memory from behind a range mapped by `map` (`cuMemUnmap` + `cuMemRelease`).
+    /// Takes the memory from behind pages mapped by `map` (`cuMemUnmap` + `cuMemRelease` each),
+    /// after waiting once for the work that may still use them (torch synchronizes once per range
+    /// it unmaps, not once per page).
     ///
     /// # Safety
-    /// `ptr`, `size` and `handle` are those of one `map` call, and no one uses the range.
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64);
+    /// Each page's `ptr`, `size` and `handle` are those of one `map` call, and no one uses it.
+    unsafe fn unmap(&self, pages: &[MappedPage]);
+}
+
+/// One page of an expandable segment, as `map` put it behind its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappedPage {
+    /// Start of the page.
+    pub ptr: DevicePtr,
+    /// Its bytes.
+    pub size: usize,
+    /// The backend's handle from `map`.
+    pub handle: u64,
 }
 
 /// A raw stream handle: the `CUstream` as an integer on cuda (0 = the legacy default stream), a
@@ -57,13 +70,23 @@ pub trait RawMemory: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RawStream(pub u64);
 
+/// Where a cpu event was recorded: after the first `position` items of work queued on `stream`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPoint {
+    /// The stream's number.
+    pub stream: u64,
+    /// Items queued on it before the event.
+    pub position: u64,
+}
+
 /// A raw event: marks a point in a stream's work.
 #[derive(Debug)]
 pub enum RawEvent {
-    /// A `CUevent` as an integer.
-    Cuda(u64),
-    /// On cpu every operation is synchronous: an event is complete when recorded.
-    Host(Instant),
+    /// A `CUevent` as an integer, and whether it keeps timing.
+    Cuda(u64, bool),
+    /// A cpu event: when it was recorded (`None` without timing), and after which of its
+    /// stream's work.
+    Host(Option<Instant>, StreamPoint),
 }
 
 /// Static facts about a device.
@@ -108,7 +131,7 @@ pub trait DeviceBackend: RawMemory {
     fn synchronize(&self) -> Result<()>;
     /// Waits until all work queued on `stream` has finished.
     fn stream_synchronize(&self, stream: RawStream) -> Result<()>;
-    /// Fills `n` bytes at `dst` with zeros (ordered on `stream`, finished on return).
+    /// Fills `n` bytes at `dst` with zeros, after the work queued on `stream`; finished on return.
     ///
     /// # Safety
     /// `dst..dst+n` is device memory owned by the caller.
@@ -150,15 +173,17 @@ pub trait DeviceBackend: RawMemory {
         stream: RawStream,
         asynchronous: bool,
     ) -> Result<()>;
-    /// Records an event at the current end of `stream`'s work.
-    fn record_event(&self, stream: RawStream) -> Result<RawEvent>;
+    /// Records an event at the current end of `stream`'s work; with `timing`, one that
+    /// `event_elapsed_ms` can time (torch's `enable_timing=True`), else a cheaper one, which the
+    /// cuda backend takes from a pool of the device's events and gives back to it when destroyed.
+    fn record_event(&self, stream: RawStream, timing: bool) -> Result<RawEvent>;
     /// Makes future work on `stream` wait for `event`, on the device (the host does not wait).
     fn stream_wait_event(&self, stream: RawStream, event: &RawEvent) -> Result<()>;
     /// Whether all work before the event has finished.
     fn event_query(&self, event: &RawEvent) -> Result<bool>;
     /// Waits for the event.
     fn event_synchronize(&self, event: &RawEvent) -> Result<()>;
-    /// Milliseconds between two recorded events.
+    /// Milliseconds between two events recorded with timing.
     fn event_elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32>;
     /// Frees an event.
     fn destroy_event(&self, event: RawEvent);
@@ -169,4 +194,11 @@ pub trait DeviceBackend: RawMemory {
     /// # Safety
     /// `alloc` came from `host_alloc(size)` on this backend and no one uses it any more.
     unsafe fn host_free(&self, alloc: HostAllocation, size: usize);
+    /// Whether work queued on a stream may run after the call that queued it returns: always on
+    /// cuda; on cpu when [`set_late_streams`](DeviceBackend::set_late_streams) asked for it.
+    fn late_streams(&self) -> bool {
+        true
+    }
+    /// On cpu: run stream work late, as a GPU does, or at once (the default). Nothing on cuda.
+    fn set_late_streams(&self, _late: bool) {}
 }

@@ -1,6 +1,12 @@
 //! The raw layer over host memory: the `cpu` device, a stand-in GPU with a fixed capacity.
 //!
-//! Every operation is synchronous, so streams are just names and events are complete when recorded.
+//! Each stream is a queue ([`StreamQueues`]): its work runs at once, when queued (the default), or
+//! late, as on a GPU ([`DeviceBackend::set_late_streams`]): only when a synchronize, an event or
+//! another stream's wait needs it. Copies with `asynchronous` are queued; a synchronous copy or a
+//! zero-fill first runs its stream's queue, then happens on return, as the cuda backend's
+//! `cuMemcpy*Async` or `cuMemsetD8Async` followed by `cuStreamSynchronize` does. Freeing memory
+//! runs every queue first, as `cuMemFree`, `cuMemUnmap` (the cuda backend synchronizes before it)
+//! and `cuMemFreeHost` wait for the device.
 //!
 //! Segment addresses are deterministic relative to the device: each device reserves one range of
 //! address space on first use and places every segment, and every expandable segment's address
@@ -13,11 +19,12 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
-    ReserveError,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
+    RawStream, ReserveError, StreamPoint,
 };
+use crate::raw::cpu_streams::StreamQueues;
 use std::alloc::Layout;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
@@ -39,6 +46,11 @@ pub struct CpuBackend {
     capacity: usize,
     reserved: AtomicUsize,
     next_stream: AtomicU64,
+    /// Numbers of destroyed streams, handed out again first, as the CUDA driver may hand a
+    /// destroyed stream's handle to a new stream.
+    free_streams: Mutex<BTreeSet<u64>>,
+    /// The work queued on each stream.
+    streams: StreamQueues,
     /// Where segments go: reserved on the first `reserve` or `reserve_address_space`.
     space: Mutex<Option<AddressSpace>>,
 }
@@ -50,6 +62,8 @@ impl CpuBackend {
             capacity,
             reserved: AtomicUsize::new(0),
             next_stream: AtomicU64::new(1),
+            free_streams: Mutex::new(BTreeSet::new()),
+            streams: StreamQueues::default(),
             space: Mutex::new(None),
         }
     }
@@ -76,6 +90,30 @@ impl CpuBackend {
         space.take(size).ok_or(ReserveError::OutOfMemory)
     }
 
+    /// Copies `n` bytes from `src` to `dst` on `stream`: queued when `asynchronous`, else after the
+    /// stream's queue has run, on return.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `n` bytes until the copy has run.
+    unsafe fn copy(&self, dst: usize, src: usize, n: usize, stream: RawStream, asynchronous: bool) {
+        // SAFETY: the caller's guarantee, which holds until the copy runs.
+        let copy = move || unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
+        if asynchronous {
+            self.streams.enqueue(stream.0, copy);
+        } else {
+            self.streams.run_stream(stream.0);
+            copy();
+        }
+    }
+
+    /// Where a cpu event was recorded; an error for another device's event.
+    fn point(&self, event: &RawEvent) -> Result<StreamPoint> {
+        match event {
+            RawEvent::Host(_, point) => Ok(*point),
+            RawEvent::Cuda(..) => Err(foreign_event("event")),
+        }
+    }
+
     /// Gives `ptr..ptr+size` back to the device's address space.
     fn unplace(&self, ptr: DevicePtr, size: usize) {
         let mut space = self
@@ -86,6 +124,16 @@ impl CpuBackend {
             .as_mut()
             .expect("a placed range has an address space")
             .give_back(ptr, size);
+    }
+}
+
+/// The error for an event of another device handed to the cpu backend.
+fn foreign_event(op: &'static str) -> Error {
+    Error::Driver {
+        op,
+        device: "cpu".into(),
+        message: "an event from another device; events belong to the device that recorded them"
+            .into(),
     }
 }
 
@@ -239,6 +287,27 @@ pub fn cpu_capacity() -> Result<usize> {
         })
 }
 
+/// Whether the cpu device's streams run work late from the start: `GPUMEM_CPU_STREAMS=late`
+/// (`at-once`, the default when unset, runs it when queued). Read once per process.
+pub fn cpu_streams_late() -> Result<bool> {
+    static LATE: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
+    LATE.get_or_init(|| match std::env::var("GPUMEM_CPU_STREAMS") {
+        Err(_) => Ok(false),
+        Ok(text) => match text.trim() {
+            "late" => Ok(true),
+            "at-once" | "" => Ok(false),
+            _ => Err(format!(
+                "{text:?} is not a stream mode; use `late` (as a GPU runs work) or `at-once`"
+            )),
+        },
+    })
+    .clone()
+    .map_err(|reason| Error::BadSetting {
+        setting: "GPUMEM_CPU_STREAMS".into(),
+        reason,
+    })
+}
+
 /// The machine's physical memory in bytes.
 pub fn physical_memory() -> usize {
     // SAFETY: sysconf only reads system configuration.
@@ -342,6 +411,7 @@ impl RawMemory for CpuBackend {
     }
 
     unsafe fn release(&self, ptr: DevicePtr, size: usize) {
+        self.streams.run_all();
         // SAFETY: the caller guarantees ptr came from reserve(size) and is unused: its pages are
         // dropped (the next reserve of the range reads zeros) and it becomes inaccessible again.
         unsafe {
@@ -389,14 +459,18 @@ impl RawMemory for CpuBackend {
         Ok(0)
     }
 
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, _handle: u64) {
-        // SAFETY: the caller guarantees the range was mapped by `map` and is unused: its pages
-        // are dropped (the next map reads zeros) and it becomes inaccessible again.
-        unsafe {
-            libc::madvise(ptr as *mut libc::c_void, size, libc::MADV_DONTNEED);
-            libc::mprotect(ptr as *mut libc::c_void, size, libc::PROT_NONE);
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
+        self.streams.run_all();
+        for page in pages {
+            let (ptr, size) = (page.ptr as *mut libc::c_void, page.size);
+            // SAFETY: the caller guarantees the page was mapped by `map` and is unused: its
+            // memory is dropped (the next map reads zeros) and it becomes inaccessible again.
+            unsafe {
+                libc::madvise(ptr, size, libc::MADV_DONTNEED);
+                libc::mprotect(ptr, size, libc::PROT_NONE);
+            }
+            self.reserved.fetch_sub(size, Ordering::SeqCst);
         }
-        self.reserved.fetch_sub(size, Ordering::SeqCst);
     }
 }
 
@@ -412,20 +486,30 @@ impl DeviceBackend for CpuBackend {
     }
 
     fn create_stream(&self) -> Result<RawStream> {
-        Ok(RawStream(self.next_stream.fetch_add(1, Ordering::Relaxed)))
+        let mut free = self.free_streams.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(RawStream(free.pop_first().unwrap_or_else(|| {
+            self.next_stream.fetch_add(1, Ordering::Relaxed)
+        })))
     }
 
-    fn destroy_stream(&self, _stream: RawStream) {}
+    fn destroy_stream(&self, stream: RawStream) {
+        self.streams.remove(stream.0);
+        let mut free = self.free_streams.lock().unwrap_or_else(|p| p.into_inner());
+        free.insert(stream.0);
+    }
 
     fn synchronize(&self) -> Result<()> {
+        self.streams.run_all();
         Ok(())
     }
 
-    fn stream_synchronize(&self, _stream: RawStream) -> Result<()> {
+    fn stream_synchronize(&self, stream: RawStream) -> Result<()> {
+        self.streams.run_stream(stream.0);
         Ok(())
     }
 
-    unsafe fn memset_zero(&self, dst: DevicePtr, n: usize, _stream: RawStream) -> Result<()> {
+    unsafe fn memset_zero(&self, dst: DevicePtr, n: usize, stream: RawStream) -> Result<()> {
+        self.streams.run_stream(stream.0);
         // SAFETY: the caller owns dst..dst+n.
         unsafe { zero(dst as usize, n) };
         Ok(())
@@ -436,11 +520,11 @@ impl DeviceBackend for CpuBackend {
         dst: DevicePtr,
         src: *const u8,
         n: usize,
-        _s: RawStream,
-        _a: bool,
+        stream: RawStream,
+        asynchronous: bool,
     ) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges are valid for n bytes.
-        unsafe { std::ptr::copy(src, dst as *mut u8, n) };
+        // SAFETY: the caller guarantees both ranges are valid for n bytes until the copy runs.
+        unsafe { self.copy(dst as usize, src as usize, n, stream, asynchronous) };
         Ok(())
     }
 
@@ -449,11 +533,11 @@ impl DeviceBackend for CpuBackend {
         dst: *mut u8,
         src: DevicePtr,
         n: usize,
-        _s: RawStream,
-        _a: bool,
+        stream: RawStream,
+        asynchronous: bool,
     ) -> Result<()> {
         // SAFETY: as above.
-        unsafe { std::ptr::copy(src as *const u8, dst, n) };
+        unsafe { self.copy(dst as usize, src as usize, n, stream, asynchronous) };
         Ok(())
     }
 
@@ -462,44 +546,58 @@ impl DeviceBackend for CpuBackend {
         dst: DevicePtr,
         src: DevicePtr,
         n: usize,
-        _s: RawStream,
-        _a: bool,
+        stream: RawStream,
+        asynchronous: bool,
     ) -> Result<()> {
         // SAFETY: as above.
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
+        unsafe { self.copy(dst as usize, src as usize, n, stream, asynchronous) };
         Ok(())
     }
 
-    fn record_event(&self, _stream: RawStream) -> Result<RawEvent> {
-        Ok(RawEvent::Host(Instant::now()))
+    fn record_event(&self, stream: RawStream, timing: bool) -> Result<RawEvent> {
+        let recorded = timing.then(Instant::now);
+        Ok(RawEvent::Host(recorded, self.streams.record(stream.0)))
     }
 
-    fn stream_wait_event(&self, _stream: RawStream, _event: &RawEvent) -> Result<()> {
+    fn stream_wait_event(&self, stream: RawStream, event: &RawEvent) -> Result<()> {
+        self.streams.wait(stream.0, self.point(event)?);
         Ok(())
     }
 
-    fn event_query(&self, _event: &RawEvent) -> Result<bool> {
-        Ok(true)
+    fn event_query(&self, event: &RawEvent) -> Result<bool> {
+        Ok(self.streams.reached(self.point(event)?))
     }
 
-    fn event_synchronize(&self, _event: &RawEvent) -> Result<()> {
+    fn event_synchronize(&self, event: &RawEvent) -> Result<()> {
+        self.streams.run_until(self.point(event)?);
         Ok(())
     }
 
     fn event_elapsed_ms(&self, start: &RawEvent, end: &RawEvent) -> Result<f32> {
         match (start, end) {
-            (RawEvent::Host(a), RawEvent::Host(b)) => {
+            (RawEvent::Host(Some(a), _), RawEvent::Host(Some(b), _)) => {
                 Ok(b.saturating_duration_since(*a).as_secs_f32() * 1000.0)
             }
-            _ => Err(Error::Driver {
+            (RawEvent::Host(..), RawEvent::Host(..)) => Err(Error::Driver {
                 op: "event_elapsed_ms",
                 device: "cpu".into(),
-                message: "events from another device".into(),
+                message: "an event recorded without timing cannot be timed (as \
+                          cudaEventElapsedTime refuses an event made with cudaEventDisableTiming)"
+                    .into(),
             }),
+            _ => Err(foreign_event("event_elapsed_ms")),
         }
     }
 
     fn destroy_event(&self, _event: RawEvent) {}
+
+    fn late_streams(&self) -> bool {
+        self.streams.late()
+    }
+
+    fn set_late_streams(&self, late: bool) {
+        self.streams.set_late(late);
+    }
 
     fn host_alloc(&self, size: usize) -> Result<HostAllocation> {
         let layout = Layout::from_size_align(size.max(1), 4096).map_err(|e| Error::HostAlloc {
@@ -521,6 +619,7 @@ impl DeviceBackend for CpuBackend {
     }
 
     unsafe fn host_free(&self, alloc: HostAllocation, size: usize) {
+        self.streams.run_all();
         // SAFETY: the caller guarantees alloc came from host_alloc(size).
         unsafe {
             if alloc.page_locked {

@@ -7,18 +7,22 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, RawEvent, RawMemory, RawStream,
-    ReserveError,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
+    RawStream, ReserveError,
 };
 use crate::raw::driver;
 use cudarc::driver::{CudaContext, DriverError, result, sys};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One CUDA device, reached through the driver API with its primary context.
 #[derive(Debug)]
 pub struct CudaBackend {
     ordinal: usize,
     ctx: Arc<CudaContext>,
+    /// Events made without timing (`CU_EVENT_DISABLE_TIMING`) and destroyed by their user: the
+    /// next `record_event` without timing records one of them again, as torch pools its events
+    /// per device instead of creating one per use.
+    idle_events: Mutex<Vec<u64>>,
 }
 
 // Everything a backend holds is an ordinal and an `Arc` of a thread-safe context.
@@ -43,7 +47,11 @@ impl CudaBackend {
         let ctx = CudaContext::new(ordinal).map_err(|e| {
             driver::driver_error("cuDevicePrimaryCtxRetain", &format!("cuda:{ordinal}"), e)
         })?;
-        Ok(CudaBackend { ordinal, ctx })
+        Ok(CudaBackend {
+            ordinal,
+            ctx,
+            idle_events: Mutex::new(Vec::new()),
+        })
     }
 
     /// The device ordinal (`N` in `cuda:N`).
@@ -87,8 +95,8 @@ impl CudaBackend {
     /// The `CUevent` inside a raw event, or an error for a host event.
     fn cu_event(&self, event: &RawEvent, op: &'static str) -> Result<sys::CUevent> {
         match event {
-            RawEvent::Cuda(handle) => Ok(*handle as usize as sys::CUevent),
-            RawEvent::Host(_) => Err(self.host_event_error(op)),
+            RawEvent::Cuda(handle, _) => Ok(*handle as usize as sys::CUevent),
+            RawEvent::Host(..) => Err(self.host_event_error(op)),
         }
     }
 
@@ -198,17 +206,21 @@ impl RawMemory for CudaBackend {
         Ok(handle as u64)
     }
 
-    unsafe fn unmap(&self, ptr: DevicePtr, size: usize, handle: u64) {
-        if self.bind().is_err() {
+    unsafe fn unmap(&self, pages: &[MappedPage]) {
+        if pages.is_empty() || self.bind().is_err() {
             return;
         }
-        // cuMemUnmap does not wait for work that may still use the range (torch synchronizes
-        // the stream first for the same reason). Failures cannot be reported here.
+        // cuMemUnmap does not wait for work that may still use the range (torch synchronizes the
+        // segment's stream first, once per range, for the same reason). The allocator knows its
+        // streams by id, not by CUstream, so this waits for the whole context: once per range
+        // all the same. Failures cannot be reported here.
         let _ = result::ctx::synchronize();
-        // SAFETY: the caller guarantees the range and handle are one `map` call's, unused.
-        unsafe {
-            let _ = sys::cuMemUnmap(ptr as sys::CUdeviceptr, size);
-            let _ = sys::cuMemRelease(handle as sys::CUmemGenericAllocationHandle);
+        for page in pages {
+            // SAFETY: the caller guarantees each page and handle are one `map` call's, unused.
+            unsafe {
+                let _ = sys::cuMemUnmap(page.ptr as sys::CUdeviceptr, page.size);
+                let _ = sys::cuMemRelease(page.handle as sys::CUmemGenericAllocationHandle);
+            }
         }
     }
 }
@@ -276,6 +288,12 @@ impl DeviceBackend for CudaBackend {
         self.call("cuMemsetD8Async", || unsafe {
             result::memset_d8_async(dst, 0, n, s)
         })?;
+        // Kept on purpose, though it makes every allocation wait for its stream (no kernel
+        // overlaps host work; a kernel fault shows at the next allocation): side streams are
+        // non-blocking, and `to_vec`, pinned copies into a fresh buffer and `Stream::alloc`'s
+        // users rely on the fill having finished. Making the fill stream-ordered needs those
+        // orders made explicit (waits or `record_stream`), checked on a GPU first; the cpu
+        // device's late streams (`GPUMEM_CPU_STREAMS=late`) run the same contract.
         self.finish(s, false)
     }
 
@@ -337,18 +355,35 @@ impl DeviceBackend for CudaBackend {
         self.finish(s, asynchronous)
     }
 
-    fn record_event(&self, stream: RawStream) -> Result<RawEvent> {
-        // Default flags: the event keeps timing, so `event_elapsed_ms` works.
-        let event = self.call("cuEventCreate", || {
-            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-        })?;
-        // SAFETY: `event` was just created; the stream is null or alive.
+    fn record_event(&self, stream: RawStream, timing: bool) -> Result<RawEvent> {
+        let idle = if timing {
+            None
+        } else {
+            self.idle_events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop()
+        };
+        let event = match idle {
+            Some(handle) => handle as usize as sys::CUevent,
+            None => {
+                let flags = if timing {
+                    sys::CUevent_flags::CU_EVENT_DEFAULT
+                } else {
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+                };
+                self.call("cuEventCreate", || result::event::create(flags))?
+            }
+        };
+        self.bind()?;
+        // SAFETY: `event` is alive and ours (new, or idle in the pool); the stream is null or
+        // alive. Recording an event again replaces what it marked.
         if let Err(e) = unsafe { result::event::record(event, cu_stream(stream)) } {
             // SAFETY: the event is ours and was never handed out.
             let _ = unsafe { result::event::destroy(event) };
             return Err(self.driver_error("cuEventRecord", e));
         }
-        Ok(RawEvent::Cuda(event as usize as u64))
+        Ok(RawEvent::Cuda(event as usize as u64, timing))
     }
 
     fn stream_wait_event(&self, stream: RawStream, event: &RawEvent) -> Result<()> {
@@ -392,9 +427,16 @@ impl DeviceBackend for CudaBackend {
     }
 
     fn destroy_event(&self, event: RawEvent) {
-        let RawEvent::Cuda(handle) = event else {
+        let RawEvent::Cuda(handle, timing) = event else {
             return; // a host event owns nothing
         };
+        if !timing {
+            // Back to the pool: whoever records it next replaces what it marks; the driver keeps
+            // an event's pending record working until it completes.
+            let mut idle = self.idle_events.lock().unwrap_or_else(|p| p.into_inner());
+            idle.push(handle);
+            return;
+        }
         if self.bind().is_err() {
             return;
         }
@@ -431,9 +473,52 @@ impl DeviceBackend for CudaBackend {
     }
 }
 
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        let idle = std::mem::take(
+            self.idle_events
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        if idle.is_empty() || self.bind().is_err() {
+            return;
+        }
+        for handle in idle {
+            // SAFETY: pooled events are alive, ours, and no one holds them.
+            let _ = unsafe { result::event::destroy(handle as usize as sys::CUevent) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_without_timing_come_back_from_the_devices_pool() {
+        if !driver::is_available() {
+            eprintln!("skipped: no CUDA device");
+            return;
+        }
+        let backend = CudaBackend::new(0).unwrap();
+        let first = backend.record_event(RawStream(0), false).unwrap();
+        let RawEvent::Cuda(handle, false) = first else {
+            panic!("an untimed cuda event: {first:?}");
+        };
+        backend.destroy_event(first);
+        let again = backend.record_event(RawStream(0), false).unwrap();
+        assert!(
+            matches!(again, RawEvent::Cuda(h, false) if h == handle),
+            "{again:?}"
+        );
+        backend.event_synchronize(&again).unwrap();
+        let timed = backend.record_event(RawStream(0), true).unwrap();
+        assert!(matches!(timed, RawEvent::Cuda(h, true) if h != handle));
+        let err = backend.event_elapsed_ms(&again, &timed).unwrap_err();
+        assert!(err.to_string().contains("cuEventElapsedTime"), "{err}");
+        backend.destroy_event(again);
+        backend.destroy_event(timed);
+    }
 
     #[test]
     fn new_fails_cleanly_without_cuda() {

@@ -188,6 +188,38 @@ pub fn library_status() -> Vec<(&'static str, Result<(), String>)> {
     ]
 }
 
+/// Why `Device::best()` (and so `GPUMEM_DEVICE` unset or `auto`) picks cpu: the driver cannot be
+/// used, or it can but cuBLAS or NVRTC, which the ops need, does not load; `None` when it picks
+/// cuda. Probed once per process.
+pub fn auto_cpu_reason() -> Option<String> {
+    static REASON: OnceLock<Option<String>> = OnceLock::new();
+    REASON
+        .get_or_init(|| cpu_reason(unavailable_reason(), library_status()))
+        .clone()
+}
+
+/// [`auto_cpu_reason`] from what was probed: the driver's unavailability, then each library's.
+fn cpu_reason(
+    driver: Option<String>,
+    libraries: Vec<(&'static str, Result<(), String>)>,
+) -> Option<String> {
+    if driver.is_some() {
+        return driver;
+    }
+    let missing: Vec<String> = libraries
+        .into_iter()
+        .filter_map(|(lib, status)| status.err().map(|why| format!("{lib} {why}")))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the CUDA driver works, but {}: every op needs cuBLAS and NVRTC, so `auto` uses cpu \
+         (GPUMEM_DEVICE=cuda uses the GPU anyway, and an op then fails saying what is missing)",
+        missing.join("; ")
+    ))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Failures of driver, cuBLAS and NVRTC calls, as errors a learner can act on.
 //
@@ -492,6 +524,45 @@ pub fn nvrtc_supported_archs() -> Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn loads() -> Result<(), String> {
+        Ok(())
+    }
+
+    #[test]
+    fn auto_picks_cuda_only_when_the_driver_cublas_and_nvrtc_all_load() {
+        let missing = || Err("could not load libnvrtc.so.13".to_string());
+        assert_eq!(
+            cpu_reason(None, vec![("cuBLAS", loads()), ("NVRTC", loads())]),
+            None
+        );
+        let no_driver = Some("no CUDA driver library (libcuda.so) could be loaded".to_string());
+        assert_eq!(
+            cpu_reason(
+                no_driver.clone(),
+                vec![("cuBLAS", loads()), ("NVRTC", missing())]
+            ),
+            no_driver
+        );
+        let reason = cpu_reason(None, vec![("cuBLAS", loads()), ("NVRTC", missing())])
+            .expect("NVRTC missing: cpu");
+        assert!(
+            reason.starts_with("the CUDA driver works, but NVRTC could not load libnvrtc.so.13:"),
+            "{reason}"
+        );
+        assert!(!reason.contains("cuBLAS could not"), "{reason}");
+    }
+
+    #[test]
+    fn the_auto_choice_agrees_with_the_probes() {
+        let reason = auto_cpu_reason();
+        if !is_available() {
+            assert_eq!(reason, unavailable_reason());
+        }
+        if library_status().iter().any(|(_, s)| s.is_err()) {
+            assert!(reason.is_some());
+        }
+    }
 
     #[test]
     fn probing_never_panics_and_agrees_with_itself() {

@@ -4,5 +4,6 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod cpu_streams;
 pub mod cuda;
 pub mod driver;

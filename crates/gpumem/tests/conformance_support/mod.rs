@@ -255,12 +255,21 @@ fn escape(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-fn cell(v: &Value) -> String {
+/// A value as a Markdown code span that shows torch's text as it is, backticks included: the
+/// span's fence is one backtick longer than the longest run inside it (CommonMark).
+pub fn cell(v: &Value) -> String {
     let text = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    format!("`{}`", escape(&text).replace('`', "'"))
+    let text = escape(&text);
+    let longest_run = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    if longest_run == 0 {
+        format!("`{text}`")
+    } else {
+        let fence = "`".repeat(longest_run + 1);
+        format!("{fence} {text} {fence}")
+    }
 }
 
 fn same(torch: &Value, gpumem: &Value) -> bool {

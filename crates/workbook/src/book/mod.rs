@@ -1,17 +1,14 @@
 //! The book: `workbook book` builds the mdBook in `book/` with mdBook as a library; [`pages`] is
 //! its preprocessor (the CLI lines, the quizzes, the solution gate), [`serve`] serves it on
-//! 127.0.0.1, and [`viz`] and [`pictures`] draw its allocator pictures (`workbook viz`,
-//! `workbook pictures`); [`analysis`] reads a snapshot's history for `workbook inspect`, `diff` and
-//! `viz --range`.
+//! 127.0.0.1, and [`pictures`] draws its allocator pictures (`workbook pictures`) with
+//! [`crate::snapshot::viz`].
 //!
 //! mdBook only logs a broken `{{#include}}` and renders the page anyway, and an anchor that is not
 //! in the file silently includes nothing; both are errors here, naming the page and the link.
 
-pub mod analysis;
 pub mod pages;
 pub mod pictures;
 pub mod serve;
-pub mod viz;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -116,6 +113,7 @@ pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
         let pages = pages::WorkbookPages {
             exercises: book_dir.join("../exercises"),
             quizzes: book_dir.join("quizzes"),
+            solutions: book_dir.join("../solutions"),
         };
         let mut config = Config::from_disk(book_dir.join("book.toml"))
             .with_context(|| format!("reading {}", book_dir.join("book.toml").display()))?;

@@ -34,6 +34,9 @@ pub struct WorkbookPages {
     pub exercises: PathBuf,
     /// Where each chapter's questions are, if it has some: `book/quizzes/<chapter>.toml`.
     pub quizzes: PathBuf,
+    /// Where each chapter's reference solution is: `solutions/<chapter>`. A solution page whose
+    /// chapter has none (the student edition's) shows no solution, so it is an ordinary page.
+    pub solutions: PathBuf,
 }
 
 /// What a page of the book is to the workbook.
@@ -56,6 +59,9 @@ impl WorkbookPages {
         if let Some(chapter) = stem.strip_suffix(SOLUTION_SUFFIX)
             && self.exercises.join(chapter).join("chapter.toml").is_file()
         {
+            if !self.solutions.join(chapter).is_dir() {
+                return Ok(PageKind::Other);
+            }
             return Ok(PageKind::Solution(chapter.to_string()));
         }
         let toml = self.exercises.join(stem).join("chapter.toml");

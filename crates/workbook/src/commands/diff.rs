@@ -3,8 +3,8 @@
 //! the peak grew or shrank. Each snapshot is read as `workbook inspect` reads it; the first device
 //! with entries of each is compared.
 
-use crate::book::analysis::{self, DeviceReport, Limits, Range};
 use crate::commands::inspect::stack_text;
+use crate::snapshot::analysis::{self, DeviceReport, Limits, Range};
 use anyhow::Result;
 use clap::Args;
 use gpumem::format_bytes;

@@ -55,6 +55,13 @@ pub fn run() -> Health {
         }
     }
     describe_nvrtc();
+    row(
+        "auto picks",
+        match gpumem::cuda::auto_cpu_reason() {
+            None => "cuda:0 (the driver, cuBLAS and NVRTC load)".to_string(),
+            Some(reason) => format!("cpu: {reason}"),
+        },
+    );
 
     println!("\nDevices");
     let mut devices = vec![Ok(Device::cpu())];
@@ -123,6 +130,42 @@ pub fn run() -> Health {
                 "GPUMEM_CPU_CAPACITY",
                 format!("{:?}: MALFORMED: {e}", capacity.unwrap_or_default()),
             );
+        }
+    }
+
+    let limit = format_bytes(crate::run::runner::DEFAULT_MEMORY_LIMIT);
+    row(
+        "test memory limit",
+        if gpumem::cuda::is_available() {
+            format!(
+                "RLIMIT_DATA {limit} per check/grade test process (--memory-limit), the same on \
+                 cuda: `cargo test -p gpumem --test memory_limit` shows a CUDA context, cuBLAS \
+                 and NVRTC start under it here"
+            )
+        } else {
+            format!(
+                "RLIMIT_DATA {limit} per check/grade test process (--memory-limit), the cpu \
+                 device's memory included"
+            )
+        },
+    );
+    let streams = std::env::var("GPUMEM_CPU_STREAMS").ok();
+    let shown = streams
+        .as_deref()
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|| "unset".to_string());
+    match gpumem::backend_cpu::cpu_streams_late() {
+        Ok(true) => row(
+            "GPUMEM_CPU_STREAMS",
+            format!("{shown}: cpu streams run work late, as a GPU's"),
+        ),
+        Ok(false) => row(
+            "GPUMEM_CPU_STREAMS",
+            format!("{shown}: cpu streams run work when it is queued"),
+        ),
+        Err(e) => {
+            health = Health::Broken;
+            row("GPUMEM_CPU_STREAMS", format!("{shown}: MALFORMED: {e}"));
         }
     }
 

@@ -13,4 +13,5 @@ pub mod reset;
 pub mod solution;
 pub mod start;
 pub mod verify;
+pub mod viz;
 pub mod watch;

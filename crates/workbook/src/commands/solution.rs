@@ -1,5 +1,6 @@
 //! `workbook solution <chapter>`: the reference solution, once the chapter's tests pass (per the
-//! last check, else a fresh one); `--force` shows it anyway and says so.
+//! last check, else a fresh one); `--force` shows it anyway and says so. The student edition has
+//! none: it says they come from the instructor.
 
 use crate::commands::check::{self, CheckOptions};
 use crate::commands::reset::read_tree;
@@ -33,6 +34,15 @@ pub fn run(root: Option<&Path>, args: &SolutionArgs) -> Result<ExitCode> {
     let chapter = learner::choose_chapter(&repo, Some(&args.chapter), &progress)?;
     let name = &chapter.name;
     let cmd = learner::command_prefix(&repo);
+    if repo.is_student_edition() {
+        println!(
+            "This is the student edition of the workbook: the reference solutions are not in it. \
+             They come from your instructor."
+        );
+        println!("  What fails and why: {cmd} check {name}");
+        println!("  A hint:             {cmd} hint {name}");
+        return Ok(ExitCode::FAILURE);
+    }
     let record = progress.check(name);
     let passed = learner::chapter_done(&chapter, record);
     let forced = if passed {

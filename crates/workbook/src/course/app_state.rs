@@ -78,6 +78,12 @@ impl Repo {
         self.root.join("solutions")
     }
 
+    /// Whether this is the student edition (`workbook export student`): a copy without
+    /// `solutions/`, whose solutions come from the instructor.
+    pub fn is_student_edition(&self) -> bool {
+        !self.solutions_dir().exists()
+    }
+
     /// `book/`, the mdBook's root.
     pub fn book_dir(&self) -> PathBuf {
         self.root.join("book")

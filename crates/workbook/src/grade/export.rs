@@ -1,4 +1,5 @@
-//! `workbook export gradescope`: the autograder package Gradescope runs.
+//! `workbook export gradescope`: the autograder package Gradescope runs (`export student`, the
+//! learners' repository, is [`super::student`]).
 //!
 //! The zip holds, at its top (Gradescope unpacks it into `/autograder/source`): `setup.sh`, which
 //! installs Rust and bubblewrap, builds `workbook` and builds the runtime and every chapter's
@@ -15,20 +16,23 @@ use clap::{Args, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// `workbook export`: the grader, packaged for a hosted autograder.
+/// `workbook export`: the student edition, or the grader packaged for a hosted autograder.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// What to package it for.
+    /// What to write.
     #[command(subcommand)]
     pub target: ExportTarget,
 }
 
-/// The autograders `workbook export` packages for.
+/// What `workbook export` writes.
 #[derive(Debug, Subcommand)]
 pub enum ExportTarget {
     /// Gradescope's zip: setup.sh (Rust, bubblewrap, the tests built once), run_autograder (grades
     /// /autograder/submission into /autograder/results/results.json), the workspace.
     Gradescope(ExportGradescopeArgs),
+    /// The repository a class receives: no solutions/, the solution pages replaced by a page
+    /// saying the solutions come from the instructor, no hidden tests.
+    Student(super::student::ExportStudentArgs),
 }
 
 /// `workbook export gradescope`.
@@ -45,9 +49,65 @@ pub struct ExportGradescopeArgs {
     /// results.
     #[arg(long)]
     pub no_sandbox: bool,
+    /// How run_autograder grades: its chapters (one Gradescope assignment per chapter, or a few),
+    /// time and memory limits, jobs.
+    #[command(flatten)]
+    pub assignment: Assignment,
 }
 
-/// `setup.sh`: run once by Gradescope when the autograder is built (as root, on Ubuntu).
+/// What one Gradescope assignment grades, and with which limits: `grade`'s flags, written into
+/// `run_autograder` (and `setup.sh`, which builds only these chapters' tests).
+#[derive(Debug, Clone, Default, Args)]
+pub struct Assignment {
+    /// The chapter this assignment grades (name, unique prefix or number; repeat for more);
+    /// default: every chapter.
+    #[arg(long = "chapter", value_name = "CHAPTER")]
+    pub chapters: Vec<String>,
+    /// Seconds each test may run (`grade --timeout`; default: grade's).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: Option<u64>,
+    /// Memory each test process may have (`grade --memory-limit`, such as 512MiB; default:
+    /// grade's). Keep it below the container's memory (Gradescope's default: 768 MB) divided by
+    /// the jobs, so that a memory hog fails with an out-of-memory error rather than being killed
+    /// by the container.
+    #[arg(long, value_name = "SIZE", value_parser = memory_limit_text)]
+    pub memory_limit: Option<String>,
+    /// Chapters graded at once, and test processes at once in each (default: the cores the
+    /// container really has, from its CPU quota).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+}
+
+/// `--memory-limit`'s text, checked as `grade` checks it.
+fn memory_limit_text(text: &str) -> Result<String, String> {
+    crate::run::runner::parse_memory_limit(text).map(|_| text.trim().to_string())
+}
+
+impl Assignment {
+    /// `grade`'s flags for this assignment, with the chapters by their full names, as shell
+    /// words (every value is a chapter name, a number or a checked size: nothing to quote).
+    pub fn grade_flags(&self, repo: &Repo) -> Result<String> {
+        let mut flags = Vec::new();
+        if !self.chapters.is_empty() {
+            for chapter in repo.select_chapters(&self.chapters)? {
+                flags.push(format!("--chapter {chapter}"));
+            }
+        }
+        if let Some(seconds) = self.timeout {
+            flags.push(format!("--timeout {seconds}"));
+        }
+        if let Some(size) = &self.memory_limit {
+            flags.push(format!("--memory-limit {size}"));
+        }
+        if let Some(jobs) = self.jobs {
+            flags.push(format!("--jobs {jobs}"));
+        }
+        Ok(flags.join(" "))
+    }
+}
+
+/// `setup.sh`: run once by Gradescope when the autograder is built (as root, on Ubuntu;
+/// `@FLAGS@` becomes the assignment's [`Assignment::grade_flags`]).
 pub const SETUP_SH: &str = r#"#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
 set -euo pipefail
@@ -58,21 +118,31 @@ apt-get update
 # bubblewrap for the namespaces tier; the Landlock tier, which Gradescope's container leaves
 # (Docker's seccomp rules refuse namespaces), needs only the kernel.
 apt-get install -y --no-install-recommends bubblewrap build-essential ca-certificates curl
-if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+# The toolchain the package was tested with, pinned in rust-toolchain.toml (rustup reads it
+# there too, whatever is installed already).
+TOOLCHAIN="$(sed -n 's/^channel = "\(.*\)"$/\1/p' "$SOURCE/rust-toolchain.toml")"
+if ! command -v rustup >/dev/null && [ ! -x "$HOME/.cargo/bin/rustup" ]; then
   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
-    sh -s -- -y --profile minimal --default-toolchain stable
+    sh -s -- -y --profile minimal --default-toolchain "$TOOLCHAIN"
 fi
 export PATH="$HOME/.cargo/bin:$PATH"
 cd "$SOURCE"
-cargo build --release --locked -p workbook
-# Builds the runtime and every chapter's official tests once, by grading the untouched stubs
-# (trusted code, so without the sandbox): grading a submission then compiles only its own code.
-./target/release/workbook --root "$SOURCE" grade "$SOURCE/exercises" --sandbox none \
-  --format json >/dev/null
+rustup toolchain install "$TOOLCHAIN" --profile minimal
+# No git here: the chapters are embedded from the files as they are, which are the official ones.
+WORKBOOK_EMBED_FROM_FILES=1 cargo build --release --locked -p workbook
+# Builds the runtime and the assignment's official tests once, by grading the untouched stubs
+# (trusted code, so without the sandbox; its notice about that is kept out of this log unless the
+# build fails): grading a submission then compiles only its own code.
+if ! ./target/release/workbook --root "$SOURCE" grade "$SOURCE/exercises" @FLAGS@ \
+  --sandbox none --format json >/dev/null 2>"$SOURCE/setup-grade.log"; then
+  cat "$SOURCE/setup-grade.log" >&2
+  exit 1
+fi
+echo "setup.sh: workbook and the official tests are built (toolchain $TOOLCHAIN)."
 "#;
 
 /// `run_autograder`: run by Gradescope for every submission (`@SANDBOX@` becomes `none` when
-/// exported with `--no-sandbox`, else `auto`).
+/// exported with `--no-sandbox`, else `auto`; `@FLAGS@`, the assignment's [`Assignment::grade_flags`]).
 pub const RUN_AUTOGRADER: &str = r#"#!/usr/bin/env bash
 # Gradescope runs this for every submission: it grades /autograder/submission with the official
 # tests (and the hidden ones in hidden-tests/), every test in the sandbox (`--sandbox auto`:
@@ -90,19 +160,20 @@ hidden=()
 if [ -d "$SOURCE/hidden-tests" ]; then
   hidden=(--hidden-tests "$SOURCE/hidden-tests")
 fi
-"$WORKBOOK" --root "$SOURCE" grade "$AUTOGRADER/submission" "${hidden[@]}" --sandbox @SANDBOX@ \
-  --jobs "$(nproc)" --gradescope "$AUTOGRADER/results/results.json"
+# Without --jobs, grade runs as many jobs as the container has cores: its CPU quota, which grade
+# reads, not the host's cores.
+"$WORKBOOK" --root "$SOURCE" grade "$AUTOGRADER/submission" "${hidden[@]}" @FLAGS@ \
+  --sandbox @SANDBOX@ --gradescope "$AUTOGRADER/results/results.json"
 "#;
 
+/// The Rust toolchain the package pins (its `rust-toolchain.toml`, which `setup.sh` installs):
+/// the one the workbook's CI builds and tests with, so that a newer Rust's new warnings or
+/// behaviour never reach a class mid-course.
+pub const PINNED_TOOLCHAIN: &str = "1.95.0";
+
 /// Top-level entries of the repository the package carries (the rest, the book, the solutions
-/// and the benches, grading does not need).
-const CARRIED: &[&str] = &[
-    "Cargo.toml",
-    "Cargo.lock",
-    "rust-toolchain.toml",
-    "crates",
-    "exercises",
-];
+/// and the benches, grading does not need; `rust-toolchain.toml` is written by the export).
+const CARRIED: &[&str] = &["Cargo.toml", "Cargo.lock", "crates", "exercises"];
 /// Folders never carried, wherever they are.
 const SKIPPED_DIRS: &[&str] = &["target", ".workbook", ".git"];
 
@@ -114,7 +185,9 @@ pub fn gradescope(
     out: &Path,
     hidden_tests: Option<&Path>,
     no_sandbox: bool,
+    assignment: &Assignment,
 ) -> Result<usize> {
+    let flags = assignment.grade_flags(repo)?;
     let chapters = repo
         .chapter_names()?
         .iter()
@@ -143,11 +216,16 @@ pub fn gradescope(
     let mut zip = zip::ZipWriter::new(file);
     let plain = zip::write::SimpleFileOptions::default().unix_permissions(0o644);
     let program = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
-    let run = RUN_AUTOGRADER.replace("@SANDBOX@", if no_sandbox { "none" } else { "auto" });
-    for (name, text) in [("setup.sh", SETUP_SH), ("run_autograder", run.as_str())] {
+    let (setup, run) = scripts(no_sandbox, &flags);
+    for (name, text) in [
+        ("setup.sh", setup.as_str()),
+        ("run_autograder", run.as_str()),
+    ] {
         zip.start_file(name, program)?;
         zip.write_all(text.as_bytes())?;
     }
+    zip.start_file("rust-toolchain.toml", plain)?;
+    zip.write_all(toolchain_file().as_bytes())?;
     for (name, path) in &files {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         zip.start_file(name.as_str(), plain)?;
@@ -155,7 +233,26 @@ pub fn gradescope(
     }
     zip.finish()
         .with_context(|| format!("writing {}", out.display()))?;
-    Ok(files.len() + 2)
+    Ok(files.len() + 3)
+}
+
+/// `setup.sh` and `run_autograder` for an assignment graded with `flags`.
+pub fn scripts(no_sandbox: bool, flags: &str) -> (String, String) {
+    // An empty flag list leaves no double space behind.
+    let fill = |text: &str| {
+        if flags.is_empty() {
+            text.replace(" @FLAGS@", "")
+        } else {
+            text.replace("@FLAGS@", flags)
+        }
+    };
+    let run = fill(RUN_AUTOGRADER).replace("@SANDBOX@", if no_sandbox { "none" } else { "auto" });
+    (fill(SETUP_SH), run)
+}
+
+/// The package's `rust-toolchain.toml`.
+pub fn toolchain_file() -> String {
+    format!("[toolchain]\nchannel = \"{PINNED_TOOLCHAIN}\"\nprofile = \"minimal\"\n")
 }
 
 /// Every file under `dir`, named `prefix/<relative path>`, sorted; links are refused.
@@ -193,9 +290,10 @@ pub fn command(
     out: &Path,
     hidden_tests: Option<&Path>,
     no_sandbox: bool,
+    assignment: &Assignment,
 ) -> Result<()> {
     let repo = Repo::from_option(root)?;
-    let n = gradescope(&repo, out, hidden_tests, no_sandbox)?;
+    let n = gradescope(&repo, out, hidden_tests, no_sandbox, assignment)?;
     if no_sandbox {
         eprintln!("export: --no-sandbox: {}", super::NO_SANDBOX_RISK);
     }
@@ -212,4 +310,87 @@ pub fn command(
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn this_repo() -> Repo {
+        Repo::at(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")).expect("the repository")
+    }
+
+    #[test]
+    fn an_assignment_s_flags_name_its_chapters_in_full_and_its_limits() {
+        let assignment = Assignment {
+            chapters: vec!["3".into(), "ch10".into()],
+            timeout: Some(20),
+            memory_limit: Some("512MiB".into()),
+            jobs: Some(1),
+        };
+        assert_eq!(
+            assignment.grade_flags(&this_repo()).unwrap(),
+            "--chapter ch03-drop-and-empty-cache --chapter ch10-out-of-memory --timeout 20 \
+             --memory-limit 512MiB --jobs 1"
+        );
+        assert_eq!(Assignment::default().grade_flags(&this_repo()).unwrap(), "");
+        let unknown = Assignment {
+            chapters: vec!["ch99".into()],
+            ..Assignment::default()
+        };
+        let error = unknown.grade_flags(&this_repo()).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("there is no chapter"),
+            "{error:#}"
+        );
+    }
+
+    #[test]
+    fn the_scripts_carry_the_flags_count_the_container_s_cores_and_are_valid_bash() {
+        let flags = "--chapter ch03-drop-and-empty-cache --timeout 20";
+        for (no_sandbox, flags) in [(false, flags), (true, "")] {
+            let (setup, run) = scripts(no_sandbox, flags);
+            assert!(!setup.contains("@FLAGS@") && !run.contains("@FLAGS@"));
+            assert!(!run.contains("@SANDBOX@"));
+            assert!(
+                !run.contains("nproc"),
+                "nproc counts the host's cores, not the container's quota: {run}"
+            );
+            if !flags.is_empty() {
+                assert!(setup.contains(&format!("grade \"$SOURCE/exercises\" {flags} ")));
+                assert!(
+                    run.contains(&format!("{flags} \\\n  --sandbox auto ")),
+                    "{run}"
+                );
+            } else {
+                assert!(
+                    run.contains("\"${hidden[@]}\" \\\n  --sandbox none "),
+                    "no flags, no gap: {run}"
+                );
+                assert!(
+                    setup.contains("grade \"$SOURCE/exercises\" \\\n"),
+                    "{setup}"
+                );
+            }
+            for script in [&setup, &run] {
+                let status = std::process::Command::new("bash")
+                    .args(["-n", "-c", script])
+                    .status()
+                    .expect("bash runs");
+                assert!(status.success(), "bash -n refuses:\n{script}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_toolchain_is_pinned_and_setup_installs_that_one() {
+        assert_eq!(
+            toolchain_file(),
+            format!("[toolchain]\nchannel = \"{PINNED_TOOLCHAIN}\"\nprofile = \"minimal\"\n")
+        );
+        let (setup, _) = scripts(false, "");
+        assert!(setup.contains("--default-toolchain \"$TOOLCHAIN\""));
+        assert!(setup.contains("rustup toolchain install \"$TOOLCHAIN\""));
+        assert!(!setup.contains("stable"));
+    }
 }

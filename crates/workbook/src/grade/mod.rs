@@ -18,6 +18,7 @@
 pub mod export;
 pub mod hidden;
 pub mod report;
+pub mod student;
 pub mod submission;
 
 use crate::course::app_state::{self, Chapter, Repo};

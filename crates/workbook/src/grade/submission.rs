@@ -184,6 +184,15 @@ fn take_in(
         let source =
             std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
         let Some(found) = locate(&source, chapters) else {
+            // Gradescope unpacks a .zip upload but leaves a .tar.gz (or a zip inside a zip) as
+            // it is: a folder holding only one archive is graded as that archive.
+            if let Some(archive) = lone_archive(&source) {
+                submission.notes.push(format!(
+                    "graded the archive {} (the only file uploaded)",
+                    archive.file_name().unwrap_or_default().to_string_lossy()
+                ));
+                return take_in(&archive, chapters, private, limits, submission);
+            }
             submission.notes.push(nothing_found(&source, chapters));
             return Ok(());
         };
@@ -277,10 +286,42 @@ fn nothing_found(dir: &Path, chapters: &[Chapter]) -> String {
     } else {
         seen.join(", ")
     };
+    let loose = if seen.split(", ").any(|name| name.ends_with(".rs")) {
+        format!(
+            ". Loose .rs files cannot be graded: they do not say which chapter they belong to. \
+             Upload your exercises/ folder (or each chapter's folder, such as {example}/ with its \
+             src/ inside), as folders or as one .zip or .tar.gz of them"
+        )
+    } else {
+        String::new()
+    };
     format!(
         "no chapter folder found (expected exercises/{example}/src/ or {example}/src/; found {seen}): \
-         every chapter counts as not submitted"
+         every chapter counts as not submitted{loose}"
     )
+}
+
+/// The one archive `dir` holds, when it holds nothing else (hidden entries and `__MACOSX/` aside).
+fn lone_archive(dir: &Path) -> Option<PathBuf> {
+    let entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            !name.starts_with('.') && name != "__MACOSX"
+        })
+        .map(|e| e.path())
+        .collect();
+    match entries.as_slice() {
+        [only]
+            if std::fs::symlink_metadata(only).is_ok_and(|m| m.is_file())
+                && archive_kind(only).is_some() =>
+        {
+            Some(only.clone())
+        }
+        _ => None,
+    }
 }
 
 /// Where the chapter folders are: `dir/exercises`, `dir` itself, or the same inside a lone
@@ -834,6 +875,80 @@ mod tests {
         assert!(link_stays_inside(link, "other.rs"));
         assert!(!link_stays_inside(link, "../../../../secret"));
         assert!(!link_stays_inside(link, "/etc/passwd"));
+    }
+
+    /// A chapter `ch01-x` (one exercise, one test) in `root`.
+    fn one_chapter(root: &Path) -> Vec<Chapter> {
+        let info = crate::course::chapter::ChapterInfo::parse(
+            "title = \"X\"\n[[exercises]]\nname = \"f\"\ntitle = \"F\"\nhints = [\"a\", \"b\"]\n\
+             [exercises.tests]\nf_works = 1\n",
+        )
+        .unwrap();
+        vec![Chapter {
+            name: "ch01-x".into(),
+            dir: root.join("exercises/ch01-x"),
+            solution_dir: root.join("solutions/ch01-x"),
+            info,
+        }]
+    }
+
+    #[test]
+    fn a_folder_holding_only_a_tar_gz_is_graded_as_that_archive() {
+        let dir = tempfile::tempdir().unwrap();
+        let chapters = one_chapter(dir.path());
+        let upload = dir.path().join("submission");
+        std::fs::create_dir_all(upload.join("__MACOSX")).unwrap();
+        let file = File::create(upload.join("c_halfdone.tar.gz")).unwrap();
+        let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::default(),
+        ));
+        let body = b"pub fn f() {}\n";
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, "exercises/ch01-x/src/lib.rs", &body[..])
+            .unwrap();
+        tar.into_inner().unwrap().finish().unwrap();
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+
+        let got = intake(&upload, "c", &chapters, &private, &Limits::default());
+        assert_eq!(got.refused, None);
+        assert_eq!(got.chapters.keys().collect::<Vec<_>>(), ["ch01-x"]);
+        assert_eq!(
+            got.notes,
+            ["graded the archive c_halfdone.tar.gz (the only file uploaded)"]
+        );
+        assert_eq!(
+            std::fs::read(got.chapters["ch01-x"].src.join("lib.rs")).unwrap(),
+            body
+        );
+    }
+
+    #[test]
+    fn loose_rust_files_are_not_graded_and_the_note_says_what_to_upload() {
+        let dir = tempfile::tempdir().unwrap();
+        let chapters = one_chapter(dir.path());
+        let upload = dir.path().join("submission");
+        std::fs::create_dir(&upload).unwrap();
+        std::fs::write(upload.join("lib.rs"), "pub fn f() {}\n").unwrap();
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+
+        let got = intake(&upload, "d", &chapters, &private, &Limits::default());
+        assert!(got.chapters.is_empty());
+        let [note] = got.notes.as_slice() else {
+            panic!("one note: {:?}", got.notes);
+        };
+        assert!(note.contains("found lib.rs"), "{note}");
+        assert!(note.contains("Loose .rs files cannot be graded"), "{note}");
+        assert!(
+            note.contains(
+                "Upload your exercises/ folder (or each chapter's folder, such as ch01-x/"
+            ),
+            "{note}"
+        );
     }
 
     #[test]

@@ -207,6 +207,8 @@ fn write_settings<W: Write>(p: &mut Pickler<'_, W>, c: &AllocatorConfig) -> io::
     p.bool(c.release_lock_on_cudamalloc)?;
     p.str("pinned_use_cuda_host_register")?;
     p.bool(c.pinned_use_cuda_host_register)?;
+    p.str("graph_capture_record_stream_reuse")?;
+    p.bool(c.graph_capture_record_stream_reuse)?;
     p.str("roundup_power2_divisions")?;
     p.begin_dict()?;
     for (i, d) in c.roundup_power2_divisions.iter().enumerate() {

@@ -1,4 +1,4 @@
-//! `workbook viz`: a `gpumem` snapshot drawn as SVG: the active memory timeline (allocated and
+//! A `gpumem` snapshot drawn as SVG (what `workbook viz` and `workbook pictures` write): the active memory timeline (allocated and
 //! reserved bytes after each event of the trace, as PyTorch's memory_viz draws it) and the segment
 //! map (each reserved segment with its live, pending, free and split blocks).
 //!
@@ -10,37 +10,11 @@
 pub mod activity;
 
 use anyhow::{Context, Result};
-use clap::Args;
 use gpumem::history::{BlockState, SegmentInfo};
 use gpumem::{Snapshot, TraceAction, TraceEntry};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::path::PathBuf;
-
-/// Flags of `workbook viz`.
-#[derive(Debug, Args)]
-#[command(
-    after_help = "Write a snapshot with `dev.record_memory_history(true)` before the work and \
-                  `std::fs::write(path, dev.snapshot().to_json())` after it."
-)]
-pub struct VizArgs {
-    /// The snapshot: the JSON that `dev.snapshot().to_json()` writes, or a snapshot pickle
-    /// (`dev.dump_snapshot`, PyTorch's `torch.cuda.memory._dump_snapshot`).
-    #[arg(value_name = "SNAPSHOT")]
-    pub snapshot: PathBuf,
-    /// The SVG file to write.
-    #[arg(long, short = 'o', value_name = "FILE")]
-    pub output: PathBuf,
-    /// What to draw: the timeline, the segment map, or both (one above the other).
-    #[arg(long, value_enum, default_value_t = crate::book::viz::View::Both)]
-    pub view: crate::book::viz::View,
-    /// Only the events from START up to END (event indices, or microseconds with a us suffix),
-    /// and the segments as they were at END: only those entries are held, so a window of a file
-    /// too large for torch's viewer can be drawn.
-    #[arg(long, value_name = "START..END")]
-    pub range: Option<String>,
-}
 
 /// Which pictures to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,22 +25,6 @@ pub enum View {
     Timeline,
     /// Each segment with its blocks.
     Segments,
-}
-
-/// `workbook viz`: reads the snapshot, draws it, writes the SVG.
-pub fn run(args: &VizArgs) -> Result<std::process::ExitCode> {
-    let snapshot = match &args.range {
-        Some(text) => {
-            let range = crate::book::analysis::Range::parse(text)?;
-            crate::book::analysis::window(&args.snapshot, range)?
-        }
-        None => read_snapshot(&args.snapshot)?,
-    };
-    let svg = render(&snapshot, args.view);
-    std::fs::write(&args.output, svg)
-        .with_context(|| format!("writing the picture to {}", args.output.display()))?;
-    println!("wrote {}", args.output.display());
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// Reads a snapshot written by `Snapshot::to_json`, or a snapshot pickle (gpumem's
