@@ -150,7 +150,7 @@ fn main() -> anyhow::Result<()> {
     drop(host);
 
     dev.record_annotation("7. Fragmentation");
-    println!("\n== Fragmentation (predict_fragmented's scenario) ==");
+    println!("\n== Fragmentation (the answer to predict_fragmented) ==");
     // Peaks and totals from here on belong to this scenario alone.
     dev.reset_peak_memory_stats();
     dev.reset_accumulated_memory_stats();
@@ -158,30 +158,13 @@ fn main() -> anyhow::Result<()> {
     // The chapter's pictures end here, with the fragmented segments.
     snapshot.write(&dev)?;
     println!("  four 4 MiB buffers; drop the 1st and 3rd; then ask for 6 MiB");
-    // These numbers are predict_fragmented's answer: shown once your prediction gives them.
-    let predicted = std::panic::catch_unwind(ch04_predict::predict_fragmented).ok();
-    let stats = dev.memory_stats();
-    let key = |k: &str| stats.get(k).unwrap_or(0);
-    let measured = ch04_predict::StatsView {
-        allocated: key("allocated_bytes.all.current"),
-        requested: key("requested_bytes.all.current"),
-        reserved: key("reserved_bytes.all.current"),
-        peak_allocated: key("allocated_bytes.all.peak"),
-        small_segments: key("segment.small_pool.current"),
-        large_segments: key("segment.large_pool.current"),
-        inactive_split_bytes: key("inactive_split_bytes.all.current"),
-    };
-    if predicted == Some(measured) {
-        show_stats(&dev);
-        dev.empty_cache();
-        println!(
-            "  after empty_cache(): reserved {}",
-            exact(dev.memory_reserved())
-        );
-        print!("\n{}", dev.memory_summary());
-    } else {
-        println!("  predict first: `workbook check ch04`");
-    }
+    show_stats(&dev);
+    dev.empty_cache();
+    println!(
+        "  after empty_cache(): reserved {}",
+        exact(dev.memory_reserved())
+    );
+    print!("\n{}", dev.memory_summary());
     drop(live);
     dev.empty_cache();
     Ok(())

@@ -40,19 +40,6 @@ fn step(dev: &Device, model: &Mlp, batch: &Batch, segments: usize) -> anyhow::Re
     ])
 }
 
-/// Whether your `predict_cost` gives this row: a row is its answer, shown once your prediction
-/// gives it.
-fn predicted(depth: usize, segments: usize, after_forward: u64, linear_forwards: u64) -> bool {
-    let want = ch09_predict::CostPrediction {
-        after_forward,
-        linear_forwards,
-    };
-    std::panic::catch_unwind(|| ch09_predict::predict_cost(depth, segments)).ok() == Some(want)
-}
-
-/// What a row says until then.
-const PREDICT_FIRST: &str = "predict first: `workbook check ch09`";
-
 /// The gradients of every parameter (zeros for one without), then cleared.
 fn take_grads(params: &[Tensor]) -> anyhow::Result<(Vec<f64>, usize)> {
     let mut values = Vec::new();
@@ -97,10 +84,6 @@ fn main() -> anyhow::Result<()> {
     dev.record_annotation("1. One step in s segments");
     for segments in [1, 2, 4, 8, 16] {
         let [after, peak, work] = step(&dev, &model, &batch, segments)?;
-        if !predicted(depth, segments, after, work) {
-            println!("  {segments:>2}  {PREDICT_FIRST}");
-            continue;
-        }
         println!(
             "  {segments:>2}  {:>18}  {:>11}  {:>10}  {work:>15}  {:>9.0} %",
             kib(after),
@@ -122,10 +105,6 @@ fn main() -> anyhow::Result<()> {
         let root = (depth as f64).sqrt().round() as usize;
         for segments in [1, root, depth] {
             let [after, peak, work] = step(&dev, &model, &batch, segments)?;
-            if !predicted(depth, segments, after, work) {
-                println!("  {depth:>2}  {segments:>2}  {PREDICT_FIRST}");
-                continue;
-            }
             println!(
                 "  {depth:>2}  {segments:>2}  {:>16}  {:>10}  {work:>15}",
                 after / ACTIVATION,
