@@ -224,7 +224,7 @@ fn this_workbook_s_student_edition_builds_its_book_without_a_solution() {
         .map(|(_, bytes)| bytes)
         .collect();
     assert!(!solutions.is_empty());
-    for (path, bytes) in common::snapshot(&[edition.clone()]) {
+    for (path, bytes) in common::snapshot(std::slice::from_ref(&edition)) {
         assert!(
             !solutions.contains(&bytes),
             "{} is a reference solution's file",
