@@ -4,7 +4,7 @@
 //! solution page (`book/src/<chapter>-solution.md`) replaced by a page saying that the solutions
 //! come from the instructor, no CLI tests (they grade the reference solutions and carry the
 //! grader's hidden-test fixtures), and a README for learners. Only the folders the course needs
-//! are carried ([`CARRIED`]), so an instructor's `submissions/` or `hidden/` folder beside them
+//! are carried (its `CARRIED` list), so an instructor's `submissions/` or `hidden/` folder beside them
 //! never travels. Without `solutions/`, `workbook solution` and the book know they are in the
 //! student edition ([`crate::course::app_state::Repo::is_student_edition`]).
 
