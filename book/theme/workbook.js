@@ -1075,10 +1075,12 @@
             var current = Math.max(0, Math.min(last, i));
             view.current = current;
             controls.slider.value = String(current);
-            controls.count.textContent = 'step ' + (current + 1) + ' of ' + steps.length;
+            var s = steps[current];
+            // The simulator's own step number, as the line below says it ("Step 27"), and the
+            // last one: never a second count of the same thing.
+            controls.count.textContent = 'step ' + s.step + ' of ' + steps[last].step;
             controls.previous.disabled = current === 0;
             controls.next.disabled = current === last;
-            var s = steps[current];
             var owner = {};
             s.running.forEach(function (r) {
                 r[3].forEach(function (b, k) {

@@ -256,13 +256,93 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
     );
 }
 
+/// The environment variable in which `workbook check` names the tests that failed at the
+/// learner's previous check (comma-separated): a [`Prediction`] shows the measured values only
+/// to a learner who has tried once already.
+pub const TRIED_VAR: &str = "WORKBOOK_TRIED";
+
+/// Sizes drawn per run, so that a prediction copied from a page or a failure passes one case at
+/// most: a small deterministic generator (splitmix64) started from a seed.
+#[derive(Debug, Clone)]
+pub struct Draw {
+    seed: u64,
+    state: u64,
+}
+
+impl Draw {
+    /// The sizes of this test: drawn from the seed of a [`seeded`] loop, else from
+    /// `GPUMEM_TEST_SEED` ([`TEST_SEED`]), else from a fresh seed, printed as [`rng`] prints it so
+    /// that a failure can be run again with the same sizes.
+    ///
+    /// # Panics
+    /// When `GPUMEM_TEST_SEED` is set but is not a `u64`.
+    pub fn from_env() -> Draw {
+        let seed = match CURRENT.get() {
+            Some((seed, _)) => seed,
+            None => {
+                let seed = one_seed();
+                announce(seed);
+                seed
+            }
+        };
+        Draw::new(seed)
+    }
+
+    /// The generator started from `seed`.
+    pub fn new(seed: u64) -> Draw {
+        Draw { seed, state: seed }
+    }
+
+    /// The seed it started from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A whole number from `low` to `high`, both included.
+    ///
+    /// # Panics
+    /// When `low > high`.
+    pub fn range(&mut self, low: u64, high: u64) -> u64 {
+        assert!(low <= high, "an empty range {low}..={high}");
+        match (high - low).checked_add(1) {
+            Some(width) => low + self.next_u64() % width,
+            None => self.next_u64(),
+        }
+    }
+
+    /// [`Draw::range`] as a `usize`.
+    pub fn size(&mut self, low: usize, high: usize) -> usize {
+        self.range(low as u64, high as u64) as usize
+    }
+
+    /// One of `items`.
+    ///
+    /// # Panics
+    /// When `items` is empty.
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        assert!(!items.is_empty(), "nothing to pick from");
+        items[self.size(0, items.len() - 1)]
+    }
+}
+
 /// A prediction set beside what the allocator measured, number by number. [`Prediction::check`]
-/// fails the test once, naming every number that differs ("you predicted X; the allocator
-/// measured Y"), not only the first.
+/// fails the test once, naming every number that differs and the rule it tests; the measured
+/// value is shown only from the learner's second try (`workbook check` names the tests that
+/// failed before in `WORKBOOK_TRIED`), so that a first failure does not hand over the answer.
 ///
 /// ```
 /// gpumem::testing::Prediction::new("your prediction after one alloc")
 ///     .bytes("memory_allocated", 512_u64, 512_u64)
+///     .rule("every block is a multiple of 512 bytes")
 ///     .count("segments", 1_u64, 1_u64)
 ///     .check();
 /// ```
@@ -271,24 +351,40 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
 pub struct Prediction {
     what: String,
     numbers: Vec<Compared>,
+    revealed: bool,
 }
 
 /// One number of a [`Prediction`].
 #[derive(Debug)]
 struct Compared {
     name: String,
+    rule: Option<String>,
     predicted: String,
     measured: String,
     right: bool,
 }
 
 impl Prediction {
-    /// A prediction about `what` (for example "your prediction for TinyModelLoaded").
+    /// A prediction about `what` (for example "your prediction for TinyModelLoaded"). The
+    /// measured values are shown when this test failed at the learner's previous check.
     pub fn new(what: impl Into<String>) -> Prediction {
+        // libtest runs each test in a thread named after it.
+        let tried = tried_names(&std::env::var(TRIED_VAR).unwrap_or_default());
+        let revealed = std::thread::current()
+            .name()
+            .is_some_and(|name| tried.iter().any(|t| t == name));
         Prediction {
             what: what.into(),
             numbers: Vec::new(),
+            revealed,
         }
+    }
+
+    /// Shows the measured values of wrong numbers (`true`) or keeps them back (`false`),
+    /// whatever `WORKBOOK_TRIED` says.
+    pub fn revealing(mut self, revealed: bool) -> Prediction {
+        self.revealed = revealed;
+        self
     }
 
     /// A number of bytes, shown exactly and in KiB/MiB.
@@ -316,9 +412,18 @@ impl Prediction {
         self.push(name, plain(&predicted), plain(&measured), right)
     }
 
+    /// The rule the last number added tests, named when it is wrong.
+    pub fn rule(mut self, rule: &str) -> Prediction {
+        if let Some(last) = self.numbers.last_mut() {
+            last.rule = Some(rule.to_string());
+        }
+        self
+    }
+
     fn push(mut self, name: &str, predicted: String, measured: String, right: bool) -> Prediction {
         self.numbers.push(Compared {
             name: name.to_string(),
+            rule: None,
             predicted,
             measured,
             right,
@@ -342,13 +447,30 @@ impl Prediction {
             self.numbers.len()
         )];
         for c in &wrong {
-            lines.push(format!(
-                "{}: you predicted {}, the allocator measured {}",
-                c.name, c.predicted, c.measured
-            ));
+            let rule = match &c.rule {
+                Some(rule) => format!(" (the rule it tests: {rule})"),
+                None => String::new(),
+            };
+            if self.revealed {
+                lines.push(format!(
+                    "{}: you predicted {}, the allocator measured {}{rule}",
+                    c.name, c.predicted, c.measured
+                ));
+            } else {
+                lines.push(format!(
+                    "{}: you predicted {}, which is not what the allocator measured{rule}",
+                    c.name, c.predicted
+                ));
+            }
         }
         for c in self.numbers.iter().filter(|c| c.right) {
             lines.push(format!("{}: {}, as you predicted", c.name, c.measured));
+        }
+        if !self.revealed {
+            lines.push(
+                "the measured values are shown from your next try (run `workbook check` again)"
+                    .to_string(),
+            );
         }
         Some(lines.join("\n"))
     }
@@ -360,6 +482,15 @@ impl Prediction {
             panic!("{report}");
         }
     }
+}
+
+/// The test names in a `WORKBOOK_TRIED` list.
+fn tried_names(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// A value as a learner reads it: `Some(x)` as `x`, `None` as `none`.
@@ -447,6 +578,7 @@ mod tests {
     #[test]
     fn an_option_reads_as_its_value() {
         let report = Prediction::new("p")
+            .revealing(true)
             .count("segments_after_second", Some(2_u64), Some(1))
             .count("oom_at", None::<u64>, Some(3))
             .mismatch()
@@ -464,6 +596,7 @@ mod tests {
     #[test]
     fn every_wrong_number_is_named_at_once_with_both_values() {
         let p = Prediction::new("your prediction for X")
+            .revealing(true)
             .bytes("allocated", 4_usize, 512_usize)
             .bytes("reserved", 2_u64 << 20, 20 << 20)
             .count("segments", 1_u64, 1_u64);
@@ -490,6 +623,47 @@ mod tests {
     #[test]
     #[should_panic(expected = "flag: you predicted false, the allocator measured true")]
     fn check_panics_with_the_report() {
-        Prediction::new("p").count("flag", false, true).check();
+        Prediction::new("p")
+            .revealing(true)
+            .count("flag", false, true)
+            .check();
+    }
+
+    #[test]
+    fn a_first_failure_names_the_rule_and_keeps_the_measured_value_back() {
+        let report = Prediction::new("your prediction for X")
+            .revealing(false)
+            .bytes("allocated", 4_u64, 4321)
+            .rule("every block is a multiple of 512 bytes")
+            .mismatch()
+            .expect("wrong");
+        assert!(
+            report.contains(
+                "allocated: you predicted 4 B, which is not what the allocator measured (the \
+                 rule it tests: every block is a multiple of 512 bytes)"
+            ),
+            "{report}"
+        );
+        assert!(!report.contains("4321"), "{report}");
+        assert!(report.contains("run `workbook check` again"), "{report}");
+    }
+
+    #[test]
+    fn workbook_tried_is_a_comma_separated_list_of_test_names() {
+        assert_eq!(tried_names(" a,b ,,c"), ["a", "b", "c"]);
+        assert!(tried_names("").is_empty());
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_sizes_and_ranges_hold() {
+        let mut a = Draw::new(7);
+        let mut b = Draw::new(7);
+        for _ in 0..100 {
+            let x = a.range(3, 9);
+            assert_eq!(x, b.range(3, 9));
+            assert!((3..=9).contains(&x), "{x}");
+        }
+        assert_eq!(Draw::new(1).range(5, 5), 5);
+        assert_ne!(Draw::new(1).next_u64(), Draw::new(2).next_u64());
     }
 }

@@ -487,7 +487,8 @@ fn a_pickle_of_another_shape_is_not_a_snapshot() -> Result<()> {
     let e = read_error(&python_pickle("[1, 2]")?);
     assert_eq!(
         e.to_string(),
-        "not a PyTorch memory snapshot: the pickle holds a list, not a dict"
+        "not a PyTorch memory snapshot: the pickle holds a list whose item 0 is an int: neither \
+         a snapshot dict nor the list of segment dicts torch.cuda.memory.memory_snapshot() returns"
     );
     // A dict with segments and no trace.
     let e = read_error(&python_pickle("{'segments': []}")?);
@@ -525,9 +526,12 @@ fn a_pickle_of_another_shape_is_not_a_snapshot() -> Result<()> {
         python_pickle("{'segments': [], 'device_traces': [[]]}")?,
     )?;
     let e = read_alloc_traces(&path).expect_err("nothing to replay");
+    // A genuine snapshot: no "not a PyTorch memory snapshot" for it, and what to do.
     assert!(
         e.to_string()
-            .contains("was torch.cuda.memory._record_memory_history() called"),
+            .starts_with("a snapshot with no allocations recorded")
+            && e.to_string()
+                .contains("Record a history with torch.cuda.memory._record_memory_history()"),
         "{e}"
     );
     Ok(())

@@ -314,3 +314,47 @@ fn without_bubblewrap_auto_falls_back_to_landlock_and_namespaces_refuses() {
         );
     }
 }
+
+#[test]
+fn grade_passes_the_test_seed_into_the_sandbox_and_names_it_in_the_feedback() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    let repo = common::FakeRepo::new();
+    // `t` stands for a randomized test: it prints its seed as gpumem::testing does, taking
+    // GPUMEM_TEST_SEED (this crate depends on nothing, not even gpumem).
+    let test = "#[test]\nfn t() {\n    let seed = std::env::var(\"GPUMEM_TEST_SEED\").expect(\"the seed is passed on\");\n    \
+                println!(\"seed {seed} (rerun with GPUMEM_TEST_SEED={seed})\");\n    \
+                assert_eq!(seeds::answer(), 42, \"the answer\");\n}\n";
+    let toml = common::chapter_toml("Seeds", &[("answer", &["t"])]);
+    repo.chapter(
+        "seeds",
+        "pub fn answer() -> u64 { 41 }\n",
+        "pub fn answer() -> u64 { 42 }\n",
+        &[("t", test)],
+        Some(&toml),
+    );
+    repo.write(
+        "student/seeds/src/lib.rs",
+        "pub fn answer() -> u64 { 41 }\n",
+    );
+    let feedback = repo.root().join("feedback");
+    let (output, stdout, stderr) = common::run(
+        common::workbook()
+            .env("GPUMEM_TEST_SEED", "272")
+            .arg("--root")
+            .arg(repo.root())
+            .arg("grade")
+            .arg(repo.root().join("student"))
+            .arg("--feedback")
+            .arg(&feedback),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report = std::fs::read_to_string(feedback.join("student.md")).unwrap();
+    assert!(
+        report.contains(
+            "the answer; yours: 41; expected: 42 (seed 272: GPUMEM_TEST_SEED=272 replays it)"
+        ),
+        "{report}"
+    );
+}

@@ -227,7 +227,10 @@ fn a_truncated_or_foreign_pickle_is_named_with_its_problem() {
     let (o, _, err) = workbook(&["viz", list.to_str().unwrap(), "-o", "/dev/null"]);
     assert!(!o.status.success());
     assert!(
-        err.contains("not a PyTorch memory snapshot: the pickle holds a list, not a dict"),
+        err.contains(
+            "not a PyTorch memory snapshot: the pickle holds a list (read as the segments \
+             torch.cuda.memory.memory_snapshot() returns): segments[0]: no 'device'"
+        ),
         "{err}"
     );
 }

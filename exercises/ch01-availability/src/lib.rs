@@ -54,36 +54,3 @@ pub fn describe(_dev: &Device) -> gpumem::Result<String> {
     todo!("describe")
 }
 // ANCHOR_END: describe
-
-// ANCHOR: predict_first_allocations
-/// Your predictions for a fresh device (empty cache) on which this runs:
-///
-/// ```text
-/// let a = dev.alloc::<f32>(1)?;     // 4 bytes
-/// // measure: memory_allocated, memory_reserved, mem_get_info's free
-/// let b = dev.alloc::<f32>(200)?;   // 800 bytes
-/// // measure: memory_allocated, memory_reserved, the number of segments
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FirstAllocations {
-    /// `memory_allocated()` after the first buffer, in bytes.
-    pub allocated_after_first: u64,
-    /// `memory_reserved()` after the first buffer, in bytes.
-    pub reserved_after_first: u64,
-    /// How many bytes the free memory that `mem_get_info()` reports falls by on `cpu`.
-    pub free_drop_after_first: u64,
-    /// `memory_allocated()` after the second buffer, in bytes.
-    pub allocated_after_second: u64,
-    /// `memory_reserved()` after the second buffer, in bytes.
-    pub reserved_after_second: u64,
-    /// Segments reserved from the device (`segment.all.current`) after the second buffer.
-    pub segments_after_second: u64,
-}
-
-/// Predict, then measure: fill in the numbers you expect BEFORE running the tests.
-pub fn predict_first_allocations() -> FirstAllocations {
-    // TODO: write your prediction, e.g.
-    // FirstAllocations { allocated_after_first: 4, reserved_after_first: 4, ... }
-    todo!("predict_first_allocations")
-}
-// ANCHOR_END: predict_first_allocations

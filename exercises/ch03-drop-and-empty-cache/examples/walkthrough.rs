@@ -4,7 +4,7 @@
 //! `cargo run -p ch03-drop-and-empty-cache --example walkthrough`
 
 use anyhow::Context;
-use ch03_drop_and_empty_cache::{MIB, Scenario, TinyLinear};
+use ch03_drop_and_empty_cache::{MIB, Scenario, TinyLinear, measure};
 use gpumem::Device;
 
 /// Exact sizes: whole MiB as MiB, anything else in bytes.
@@ -98,7 +98,7 @@ fn main() -> anyhow::Result<()> {
     );
     for scenario in Scenario::ALL {
         dev.empty_cache();
-        let o = scenario.measure(&dev)?;
+        let o = measure(scenario, &dev)?;
         println!(
             "{:<28} {:>12} {:>12} {:>28}",
             format!("{scenario:?}"),

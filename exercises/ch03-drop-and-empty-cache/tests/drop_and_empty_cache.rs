@@ -1,8 +1,7 @@
 //! Graded tests for chapter 3: `drop` versus `empty_cache`.
 
-use ch03_drop_and_empty_cache::{
-    MIB, MemoryView, Outcome, Scenario, TinyLinear, predict, unload_model,
-};
+use ch03_drop_and_empty_cache::{MemoryView, TinyLinear, measure, unload_model};
+use ch03_predict::{MIB, Outcome, Scenario, predict};
 use gpumem::testing::Prediction;
 
 // ---- unload_model ----
@@ -148,12 +147,13 @@ fn memory_view_outside_allocator_is_zero_on_cpu_and_the_context_on_cuda() -> any
 
 fn check(scenario: Scenario, expected: Outcome) -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
-    let measured = scenario.measure(&dev)?;
+    // The prediction is made before anything runs.
+    let predicted = predict(scenario);
+    let measured = measure(scenario, &dev)?;
     assert_eq!(
         measured, expected,
         "the allocator's numbers for {scenario:?}"
     );
-    let predicted = predict(scenario);
     Prediction::new(format!("your prediction for {scenario:?}"))
         .bytes("allocated", predicted.allocated, measured.allocated)
         .bytes("reserved", predicted.reserved, measured.reserved)

@@ -4,10 +4,8 @@
 //! keys, and the two classic measuring mistakes: sampling for a peak, and a list that leaks.
 //! Edit the items marked `TODO`.
 
+pub use ch04_predict::{MIB, StatsView};
 use gpumem::{Buffer, Device, MemoryStats, Result};
-
-/// One mebibyte.
-pub const MIB: u64 = 1 << 20;
 
 // ANCHOR: mlp
 /// One `nn.Linear` layer's parameters, in `f32`.
@@ -67,32 +65,11 @@ pub fn block_bytes(_model: &Mlp) -> u64 {
 // ANCHOR_END: model_size
 
 // ANCHOR: stats_view
-/// The numbers this chapter reads from `memory_stats()`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatsView {
-    /// Bytes in live blocks: `allocated_bytes.all.current`.
-    pub allocated: u64,
-    /// Bytes the callers asked for, before rounding: `requested_bytes.all.current`.
-    pub requested: u64,
-    /// Bytes reserved from the device: `reserved_bytes.all.current`.
-    pub reserved: u64,
-    /// Highest `allocated` since the last peak reset: `allocated_bytes.all.peak`.
-    pub peak_allocated: u64,
-    /// Reserved segments of the small pool: `segment.small_pool.current`.
-    pub small_segments: u64,
-    /// Reserved segments of the large pool: `segment.large_pool.current`.
-    pub large_segments: u64,
-    /// Free bytes inside segments that a live block keeps from being released:
-    /// `inactive_split_bytes.all.current`.
-    pub inactive_split_bytes: u64,
-}
-
-impl StatsView {
-    /// Picks this chapter's numbers out of `dev.memory_stats()`.
-    pub fn from_stats(_stats: &MemoryStats) -> StatsView {
-        // TODO: one stats.get("...") per field, with the keys in the field docs above.
-        todo!("read seven keys")
-    }
+/// Picks this chapter's numbers ([`StatsView`]) out of `dev.memory_stats()`.
+pub fn stats_view(_stats: &MemoryStats) -> StatsView {
+    // TODO: one stats.get("...") per field, with the keys in StatsView's field docs
+    // (src/predict.rs).
+    todo!("read seven keys")
 }
 // ANCHOR_END: stats_view
 
@@ -112,20 +89,6 @@ pub fn fragment(dev: &Device) -> Result<Vec<Buffer<f32>>> {
     Ok(second.into_iter().chain(fourth).chain([six]).collect())
 }
 // ANCHOR_END: fragment
-
-// ANCHOR: predict
-/// Your prediction of `memory_stats()` once `Mlp::new(dev, &MLP_SHAPE)` is alive on an empty device.
-pub fn predict_mlp() -> StatsView {
-    // TODO: write the seven numbers you expect before you run the tests (use MIB).
-    todo!("predict the MLP's stats")
-}
-
-/// Your prediction of `memory_stats()` after `fragment(dev)` on an empty device.
-pub fn predict_fragmented() -> StatsView {
-    // TODO: write the seven numbers you expect before you run the tests (use MIB).
-    todo!("predict the fragmented stats")
-}
-// ANCHOR_END: predict
 
 // ANCHOR: peak_report
 /// What `measure_peak` saw of one piece of work.

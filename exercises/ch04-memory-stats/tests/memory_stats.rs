@@ -1,13 +1,14 @@
 //! Graded tests for chapter 4: reading the memory statistics.
 
 use ch04_memory_stats::{
-    MIB, MLP_SHAPE, Mlp, StatsView, block_bytes, fragment, measure_peak, parameter_bytes,
-    predict_fragmented, predict_mlp, sampled_peak, source_loop, train, workspace_op,
+    MLP_SHAPE, Mlp, block_bytes, fragment, measure_peak, parameter_bytes, sampled_peak,
+    source_loop, stats_view, train, workspace_op,
 };
+use ch04_predict::{MIB, StatsView, predict_fragmented, predict_mlp};
 use gpumem::Device;
 use gpumem::testing::Prediction;
 
-/// Reads the allocator's numbers by key, independently of the learner's `StatsView::from_stats`.
+/// Reads the allocator's numbers by key, independently of the learner's `stats_view`.
 fn observed(dev: &Device) -> StatsView {
     let stats = dev.memory_stats();
     let key = |k: &str| {
@@ -67,10 +68,30 @@ fn block_bytes_is_what_memory_allocated_counts() -> anyhow::Result<()> {
 // ---- StatsView ----
 
 #[test]
+fn block_bytes_reads_each_block_even_when_it_is_larger_than_the_rounded_request()
+-> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    // A 12 MiB block goes back to the cache; an 11 MiB weight then takes it whole (what would
+    // be left, 1 MiB, is too little to split off a large block).
+    drop(dev.alloc::<f32>(f32s(12 * MIB))?);
+    let mlp = Mlp::new(&dev, &[(1024, 2816)])?;
+    assert_eq!(
+        block_bytes(&mlp),
+        12 * MIB + 11_264,
+        "an 11 MiB weight in a cached 12 MiB block, and a 11,264 B bias: read each buffer's \
+         block, do not compute it from the request"
+    );
+    assert_eq!(dev.memory_allocated(), block_bytes(&mlp));
+    Ok(())
+}
+
+#[test]
 fn stats_view_reads_torchs_keys() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
     let mlp = Mlp::new(&dev, &MLP_SHAPE)?;
-    let view = StatsView::from_stats(&dev.memory_stats());
+    // A temporary, gone before the reading: the peak is above what is allocated now.
+    drop(dev.alloc::<f32>(f32s(MIB))?);
+    let view = stats_view(&dev.memory_stats());
     assert_eq!(view, observed(&dev));
     assert_eq!(view.allocated, dev.memory_allocated());
     assert_eq!(view.reserved, dev.memory_reserved());
@@ -86,7 +107,7 @@ fn stats_view_tells_current_from_peak_and_small_from_large() -> anyhow::Result<(
     // 11 MiB + 400 B rounds to 11 MiB + 512 B and gets a segment of its own, rounded up to 12 MiB;
     // the 1 MiB - 512 B left over is too little to split off, so the whole segment is the block.
     let big = dev.alloc::<f32>(f32s(11 * MIB + 400))?;
-    let view = StatsView::from_stats(&dev.memory_stats());
+    let view = stats_view(&dev.memory_stats());
     assert_eq!(
         view,
         StatsView {
@@ -100,7 +121,7 @@ fn stats_view_tells_current_from_peak_and_small_from_large() -> anyhow::Result<(
         }
     );
     drop(big);
-    let view = StatsView::from_stats(&dev.memory_stats());
+    let view = stats_view(&dev.memory_stats());
     assert_eq!((view.allocated, view.peak_allocated), (512, 512 + 12 * MIB));
     assert_eq!(
         view.large_segments, 1,
@@ -121,22 +142,31 @@ fn stats_view_tells_current_from_peak_and_small_from_large() -> anyhow::Result<(
 fn compare(what: &str, p: &StatsView, m: &StatsView) {
     Prediction::new(what)
         .bytes("allocated", p.allocated, m.allocated)
+        .rule("each live block is its request rounded up to 512 bytes")
         .bytes("requested", p.requested, m.requested)
+        .rule("requested counts the bytes asked for, before rounding")
         .bytes("reserved", p.reserved, m.reserved)
+        .rule("up to 1 MiB: 2 MiB segments; 1 to 10 MiB: 20 MiB segments, shared while a free block fits")
         .bytes("peak_allocated", p.peak_allocated, m.peak_allocated)
+        .rule("the peak is the most that was ever allocated at once, not what is allocated now")
         .count("small_segments", p.small_segments, m.small_segments)
+        .rule("requests up to 1 MiB share 2 MiB small-pool segments")
         .count("large_segments", p.large_segments, m.large_segments)
+        .rule("a new large segment is reserved only when no free block of one fits")
         .bytes(
             "inactive_split_bytes",
             p.inactive_split_bytes,
             m.inactive_split_bytes,
         )
+        .rule("the free parts of segments that a live block keeps reserved")
         .check();
 }
 
 #[test]
 fn prediction_mlp_matches_memory_stats() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
+    // The prediction is made before anything runs.
+    let predicted = predict_mlp(&MLP_SHAPE);
     let mlp = Mlp::new(&dev, &MLP_SHAPE)?;
     let measured = observed(&dev);
     assert_eq!(
@@ -152,14 +182,30 @@ fn prediction_mlp_matches_memory_stats() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    compare("your prediction for MLP_SHAPE", &predict_mlp(), &measured);
+    compare("your prediction for MLP_SHAPE", &predicted, &measured);
     drop(mlp);
+    // Two shapes drawn on this run: a first weight over 1 MiB and under 10 MiB, the rest small.
+    let mut draw = gpumem::testing::Draw::from_env();
+    for _ in 0..2 {
+        let hidden = draw.size(257, 2559);
+        let shape = [(1024, hidden), (hidden, draw.size(1, 50))];
+        gpumem::testing::reset(&dev);
+        let predicted = predict_mlp(&shape);
+        let mlp = Mlp::new(&dev, &shape)?;
+        compare(
+            &format!("your prediction for {shape:?}"),
+            &predicted,
+            &observed(&dev),
+        );
+        drop(mlp);
+    }
     Ok(())
 }
 
 #[test]
 fn prediction_fragmented_matches_memory_stats() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
+    let predicted = predict_fragmented();
     let live = fragment(&dev)?;
     let measured = observed(&dev);
     assert_eq!(
@@ -175,11 +221,7 @@ fn prediction_fragmented_matches_memory_stats() -> anyhow::Result<()> {
         },
         "the allocator's numbers"
     );
-    compare(
-        "your prediction after fragment",
-        &predict_fragmented(),
-        &measured,
-    );
+    compare("your prediction after fragment", &predicted, &measured);
     dev.empty_cache();
     assert_eq!(
         dev.memory_reserved(),

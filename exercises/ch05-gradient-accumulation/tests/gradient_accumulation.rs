@@ -1,9 +1,10 @@
 //! Graded tests for chapter 5: gradient accumulation.
 
 use ch05_gradient_accumulation::{
-    DeviceBatch, HostBatch, PREDICT_SIZES, StepMemory, accumulate_gradients, forward_backward,
-    micro_batch_rows, predict_step_memory, train_accumulated, upload_rows,
+    DeviceBatch, HostBatch, accumulate_gradients, forward_backward, micro_batch_rows,
+    train_accumulated, upload_rows,
 };
+use ch05_predict::{PREDICT_SIZES, StepMemory, predict_step_memory};
 use gpumem::Device;
 use gpumem::ops::{Linear, Mlp, MlpGrads, XorShift};
 use gpumem::testing::Prediction;
@@ -354,21 +355,44 @@ fn measure_step(dev: &Device, rows: usize) -> anyhow::Result<StepMemory> {
 fn compare(rows: usize, p: &StepMemory, m: &StepMemory) {
     Prediction::new(format!("your prediction for {rows} rows"))
         .bytes("parameters", p.parameters, m.parameters)
+        .rule("one block per weight and bias, each rounded up to 512 bytes")
         .bytes("gradients", p.gradients, m.gradients)
+        .rule("one f32 gradient per parameter, whatever the batch")
         .bytes("batch_data", p.batch_data, m.batch_data)
+        .rule("the batch's inputs and targets grow with its rows")
         .bytes(
             "saved_activations",
             p.saved_activations,
             m.saved_activations,
         )
+        .rule("forward keeps the ReLU output and the model's output for backward")
         .bytes("step_peak", p.step_peak, m.step_peak)
+        .rule("the most backward holds at once: activations and their gradients together")
         .check();
+}
+
+/// Row counts drawn on this run (requests stay at most 1 MiB): a prediction copied from the page
+/// passes the page's batches at most.
+#[test]
+fn prediction_for_drawn_batches_matches_the_allocator() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    let mut draw = gpumem::testing::Draw::from_env();
+    for _ in 0..3 {
+        let rows = draw.size(1, 1024);
+        gpumem::testing::reset(&dev);
+        let predicted = predict_step_memory(rows);
+        let measured = measure_step(&dev, rows)?;
+        compare(rows, &predicted, &measured);
+    }
+    Ok(())
 }
 
 #[test]
 fn prediction_for_a_batch_of_64_matches_the_allocator() -> anyhow::Result<()> {
     seeded(|| {
         let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict_step_memory(64);
         let measured = measure_step(&dev, 64)?;
         assert_eq!(
             measured,
@@ -381,7 +405,7 @@ fn prediction_for_a_batch_of_64_matches_the_allocator() -> anyhow::Result<()> {
             },
             "the allocator's numbers"
         );
-        compare(64, &predict_step_memory(64), &measured);
+        compare(64, &predicted, &measured);
         Ok(())
     })
 }
@@ -390,6 +414,8 @@ fn prediction_for_a_batch_of_64_matches_the_allocator() -> anyhow::Result<()> {
 fn prediction_for_a_micro_batch_of_16_matches_the_allocator() -> anyhow::Result<()> {
     seeded(|| {
         let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict_step_memory(16);
         let measured = measure_step(&dev, 16)?;
         assert_eq!(
             measured,
@@ -402,7 +428,7 @@ fn prediction_for_a_micro_batch_of_16_matches_the_allocator() -> anyhow::Result<
             },
             "the allocator's numbers"
         );
-        compare(16, &predict_step_memory(16), &measured);
+        compare(16, &predicted, &measured);
         Ok(())
     })
 }
@@ -411,6 +437,8 @@ fn prediction_for_a_micro_batch_of_16_matches_the_allocator() -> anyhow::Result<
 fn prediction_for_a_single_row_matches_the_allocator() -> anyhow::Result<()> {
     seeded(|| {
         let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict_step_memory(1);
         let measured = measure_step(&dev, 1)?;
         assert_eq!(
             measured,
@@ -423,7 +451,7 @@ fn prediction_for_a_single_row_matches_the_allocator() -> anyhow::Result<()> {
             },
             "the allocator's numbers"
         );
-        compare(1, &predict_step_memory(1), &measured);
+        compare(1, &predicted, &measured);
         Ok(())
     })
 }

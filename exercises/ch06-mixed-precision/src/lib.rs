@@ -4,7 +4,8 @@
 //! for f16, whose range is too small for small gradients; and what mixed precision really saves.
 //! Edit the items marked `TODO`.
 
-use gpumem::ops::{DType, Float, Mlp, MlpGrads};
+pub use ch06_predict::{MixedMemory, PREDICT_ROWS, PREDICT_SIZES};
+use gpumem::ops::{Float, Mlp, MlpGrads};
 use gpumem::{Buffer, Device, Result};
 
 // ANCHOR: round_trip
@@ -204,37 +205,3 @@ pub fn mixed_precision_step<T: Float>(
     todo!("one mixed-precision step in {}", T::DTYPE)
 }
 // ANCHOR_END: mixed_step
-
-// ANCHOR: mixed_memory
-/// The model of the prediction exercise: 128 inputs, 256 hidden units (ReLU), 64 outputs.
-pub const PREDICT_SIZES: [usize; 3] = [128, 256, 64];
-/// Examples in the prediction's batch.
-pub const PREDICT_ROWS: usize = 64;
-
-/// A mixed-precision setup's memory, in bytes of allocator blocks (what `memory_allocated()`
-/// counts), for `Mlp::new(dev, &PREDICT_SIZES, ..)` and a batch of `PREDICT_ROWS` examples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MixedMemory {
-    /// The f32 master weights and biases.
-    pub master_weights: u64,
-    /// The f32 gradients from `model.zero_grads()`.
-    pub gradients: u64,
-    /// The optimizer's state: `Momentum`'s f32 velocities.
-    pub optimizer_state: u64,
-    /// The batch on the device in the activations' type: its inputs and its targets.
-    pub batch_data: u64,
-    /// The weights cast to the activations' type that forward keeps for backward.
-    pub cast_weights: u64,
-    /// The activations forward keeps for backward: the ReLU output and the model's output.
-    pub activations: u64,
-}
-// ANCHOR_END: mixed_memory
-
-// ANCHOR: predict
-/// Your prediction of `MixedMemory` when the activations are of type `dtype`.
-pub fn predict_memory(_dtype: DType) -> MixedMemory {
-    // TODO: write the six numbers you expect for f32, f16 and bf16 before you run the tests.
-    // Every block here is the request rounded up to a multiple of 512 B (at least 512 B).
-    todo!("predict the memory with {_dtype} activations")
-}
-// ANCHOR_END: predict

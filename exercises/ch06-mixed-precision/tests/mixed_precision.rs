@@ -1,9 +1,7 @@
 //! Graded tests for chapter 6: mixed precision.
 
-use ch06_mixed_precision::{
-    DeviceBatch, GradScaler, MixedMemory, Momentum, PREDICT_ROWS, PREDICT_SIZES,
-    mixed_precision_step, predict_memory, round_trip,
-};
+use ch06_mixed_precision::{DeviceBatch, GradScaler, Momentum, mixed_precision_step, round_trip};
+use ch06_predict::{MixedMemory, PREDICT_ROWS, PREDICT_SIZES, predict_memory};
 use gpumem::ops::{DType, Float, Linear, Mlp, MlpGrads, XorShift};
 use gpumem::testing::Prediction;
 use gpumem::testing::assert_close;
@@ -760,9 +758,9 @@ fn bf16_keeps_small_gradients_without_loss_scaling() -> anyhow::Result<()> {
 
 // ---- predict, then measure ----
 
-/// Runs the prediction's scenario with activations of type `T` and reads what the allocator
-/// counts.
-fn measure<T: Float>(dev: &Device) -> anyhow::Result<MixedMemory> {
+/// Runs the prediction's scenario with activations of type `T` and a batch of `rows` examples, and
+/// reads what the allocator counts.
+fn measure<T: Float>(dev: &Device, rows: usize) -> anyhow::Result<MixedMemory> {
     let mut rng = rng();
     let base = dev.memory_allocated();
     let model = Mlp::new(dev, &PREDICT_SIZES, &mut rng)?;
@@ -772,12 +770,12 @@ fn measure<T: Float>(dev: &Device) -> anyhow::Result<MixedMemory> {
     let optimizer = Momentum::new(&model, 0.1, 0.9)?;
     let optimizer_state = dev.memory_allocated() - base - master_weights - gradients;
     let [inputs, _, outputs] = PREDICT_SIZES;
-    let x = rng.nonzero_vec(PREDICT_ROWS * inputs, 0.1, 1.0);
-    let t = rng.nonzero_vec(PREDICT_ROWS * outputs, 0.1, 1.0);
+    let x = rng.nonzero_vec(rows * inputs, 0.1, 1.0);
+    let t = rng.nonzero_vec(rows * outputs, 0.1, 1.0);
     let before_batch = dev.memory_allocated();
-    let batch = DeviceBatch::<T>::from_host(dev, &x, &t, PREDICT_ROWS)?;
+    let batch = DeviceBatch::<T>::from_host(dev, &x, &t, rows)?;
     let start = dev.memory_allocated();
-    let (y, saved) = model.forward(&batch.x, PREDICT_ROWS)?;
+    let (y, saved) = model.forward(&batch.x, rows)?;
     let kept = dev.memory_allocated() - start;
     let cast_weights: u64 = saved
         .layers
@@ -799,24 +797,56 @@ fn measure<T: Float>(dev: &Device) -> anyhow::Result<MixedMemory> {
 /// The f32 parameters: 256×128 and 64×256 weights, 256 biases, and 64 biases in a 512 B block.
 const PARAMETER_BLOCKS: u64 = 131_072 + 1_024 + 65_536 + 512;
 
-/// Your prediction for `dtype` beside the measurement, every number at once.
-fn compare(dtype: DType, m: &MixedMemory) {
-    let p = predict_memory(dtype);
-    Prediction::new(format!("your prediction for {dtype:?}"))
+/// The prediction's type for gpumem's `dtype`.
+fn predicted_type(dtype: DType) -> ch06_predict::DType {
+    match dtype {
+        DType::F32 => ch06_predict::DType::F32,
+        DType::F16 => ch06_predict::DType::F16,
+        DType::BF16 => ch06_predict::DType::BF16,
+    }
+}
+
+/// Your prediction (made before `m` was measured) beside the measurement, every number at once.
+fn compare(dtype: DType, rows: usize, p: &MixedMemory, m: &MixedMemory) {
+    Prediction::new(format!("your prediction for {dtype:?} and {rows} rows"))
         .bytes("master_weights", p.master_weights, m.master_weights)
+        .rule("master weights and biases stay f32, each block rounded up to 512 bytes")
         .bytes("gradients", p.gradients, m.gradients)
+        .rule("one f32 gradient per parameter")
         .bytes("optimizer_state", p.optimizer_state, m.optimizer_state)
+        .rule("momentum keeps one f32 velocity per parameter")
         .bytes("batch_data", p.batch_data, m.batch_data)
+        .rule("the batch is stored in the activations' type")
         .bytes("cast_weights", p.cast_weights, m.cast_weights)
+        .rule("autocast keeps a copy of each weight (not the biases) in a lower precision only")
         .bytes("activations", p.activations, m.activations)
+        .rule("activations are stored in the activations' type")
         .check();
+}
+
+/// The page's batch, then two batch sizes drawn on this run: a prediction copied from the page
+/// passes the first case at most.
+fn batch_sizes() -> Vec<usize> {
+    let mut draw = gpumem::testing::Draw::from_env();
+    vec![PREDICT_ROWS, draw.size(1, 1024), draw.size(1, 1024)]
+}
+
+/// Predicts, then measures, for every batch size of [`batch_sizes`].
+fn predict_then_measure<T: Float>(dev: &Device, dtype: DType) -> anyhow::Result<()> {
+    for rows in batch_sizes() {
+        gpumem::testing::reset(dev);
+        let predicted = predict_memory(predicted_type(dtype), rows);
+        let measured = measure::<T>(dev, rows)?;
+        compare(dtype, rows, &predicted, &measured);
+    }
+    Ok(())
 }
 
 #[test]
 fn prediction_f32_matches_the_allocator() -> anyhow::Result<()> {
     seeded(|| {
         let dev = gpumem::testing::device();
-        let measured = measure::<f32>(&dev)?;
+        let measured = measure::<f32>(&dev, PREDICT_ROWS)?;
         assert_eq!(
             measured,
             MixedMemory {
@@ -829,8 +859,7 @@ fn prediction_f32_matches_the_allocator() -> anyhow::Result<()> {
             },
             "the allocator's numbers"
         );
-        compare(DType::F32, &measured);
-        Ok(())
+        predict_then_measure::<f32>(&dev, DType::F32)
     })
 }
 
@@ -838,7 +867,7 @@ fn prediction_f32_matches_the_allocator() -> anyhow::Result<()> {
 fn prediction_f16_matches_the_allocator() -> anyhow::Result<()> {
     seeded(|| {
         let dev = gpumem::testing::device();
-        let measured = measure::<f16>(&dev)?;
+        let measured = measure::<f16>(&dev, PREDICT_ROWS)?;
         assert_eq!(
             measured,
             MixedMemory {
@@ -851,8 +880,7 @@ fn prediction_f16_matches_the_allocator() -> anyhow::Result<()> {
             },
             "the allocator's numbers"
         );
-        compare(DType::F16, &measured);
-        Ok(())
+        predict_then_measure::<f16>(&dev, DType::F16)
     })
 }
 
@@ -860,13 +888,11 @@ fn prediction_f16_matches_the_allocator() -> anyhow::Result<()> {
 fn prediction_bf16_matches_the_allocator() -> anyhow::Result<()> {
     seeded(|| {
         let dev = gpumem::testing::device();
-        let measured = measure::<bf16>(&dev)?;
         assert_eq!(
-            measured,
-            measure::<f16>(&dev)?,
+            measure::<bf16>(&dev, PREDICT_ROWS)?,
+            measure::<f16>(&dev, PREDICT_ROWS)?,
             "bf16 and f16 take the same bytes"
         );
-        compare(DType::BF16, &measured);
-        Ok(())
+        predict_then_measure::<bf16>(&dev, DType::BF16)
     })
 }

@@ -1,9 +1,8 @@
 //! Graded tests for chapter 7. They pass on `cpu` and on `cuda` (`GPUMEM_DEVICE=cuda`). They check
 //! data, copies and memory, never speed: speed is the benches' job.
 
-use ch07_pinned_memory::{
-    HostPrediction, download_pinned, host_scenario, pipeline, predict_host, upload_pinned,
-};
+use ch07_pinned_memory::{download_pinned, pipeline, upload_pinned};
+use ch07_predict::{HostPrediction, predict_host};
 use gpumem::ops::XorShift;
 use gpumem::testing::Prediction;
 use gpumem::testing::{rng, seeded};
@@ -30,6 +29,14 @@ fn fresh_seed() -> u64 {
     rng().seed()
 }
 
+/// The test device with streams that run their work late, as a GPU's do (on cpu; a GPU's always
+/// do): a missing `synchronize` or wait leaves memory as it was, so the test sees it.
+fn late_device() -> gpumem::testing::TestDevice {
+    let dev = gpumem::testing::device();
+    dev.set_late_streams(true);
+    dev
+}
+
 /// Device blocks handed out and not yet dropped.
 fn live_blocks(dev: &Device) -> u64 {
     dev.memory_stats()
@@ -42,7 +49,7 @@ fn live_blocks(dev: &Device) -> u64 {
 #[test]
 fn upload_pinned_delivers_the_data_in_one_pinned_copy() {
     seeded(|| {
-        let dev = gpumem::testing::device();
+        let dev = late_device();
         let stream = dev.stream().expect("stream");
         let data = batch_data(fresh_seed(), 0, 3000);
         let buf = upload_pinned(&dev, &stream, &data).expect("upload_pinned");
@@ -67,7 +74,7 @@ fn upload_pinned_delivers_the_data_in_one_pinned_copy() {
 
 #[test]
 fn upload_pinned_stages_through_one_cached_pinned_block() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let buf = upload_pinned(&dev, &stream, &vec![0.25; 3000]).expect("upload_pinned");
     let h = dev.host_memory_stats();
@@ -97,7 +104,7 @@ fn upload_pinned_stages_through_one_cached_pinned_block() {
 
 #[test]
 fn upload_pinned_reuses_the_cached_staging_block() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let first = upload_pinned(&dev, &stream, &vec![1.0; 3000]).expect("first upload");
     let second = upload_pinned(&dev, &stream, &vec![2.0; 3000]).expect("second upload");
@@ -118,7 +125,7 @@ fn upload_pinned_reuses_the_cached_staging_block() {
 #[test]
 fn download_pinned_returns_the_data_in_one_pinned_copy() {
     seeded(|| {
-        let dev = gpumem::testing::device();
+        let dev = late_device();
         let stream = dev.stream().expect("stream");
         let data = batch_data(fresh_seed(), 0, 5000);
         let buf = dev.from_slice(&data).expect("from_slice");
@@ -138,8 +145,36 @@ fn download_pinned_returns_the_data_in_one_pinned_copy() {
 }
 
 #[test]
+fn download_pinned_queues_behind_the_work_already_on_its_stream() {
+    let dev = late_device();
+    let stream = dev.stream().expect("stream");
+    let data = batch_data(fresh_seed(), 1, 5000);
+    let mut buf = dev.alloc::<f32>(5000).expect("zeros");
+    // The zeros are written on the default stream: done before the upload is queued.
+    dev.synchronize().expect("synchronize");
+    // An upload queued on `stream` and not waited for: a download on the same stream comes after
+    // it; one on another stream (or none) reads the zeros still there.
+    let mut pinned = dev.alloc_pinned::<f32>(5000).expect("pinned");
+    pinned.as_mut_slice().copy_from_slice(&data);
+    pinned
+        .copy_to_device_async(&mut buf, &stream)
+        .expect("queued upload");
+    let back = download_pinned(&buf, &stream).expect("download_pinned");
+    assert!(
+        back == data,
+        "download_pinned must copy on the stream it is given, behind the upload queued there; \
+         yours read {} (the buffer before the upload ran: zeros)",
+        if back.iter().all(|&x| x == 0.0) {
+            "zeros"
+        } else {
+            "other values"
+        }
+    );
+}
+
+#[test]
 fn download_pinned_allocates_no_device_memory_and_returns_its_staging_block() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let stream = dev.stream().expect("stream");
     let buf = dev.from_slice(&vec![0.5f32; 5000]).expect("from_slice");
     let allocated = dev.memory_allocated();
@@ -164,6 +199,42 @@ fn download_pinned_allocates_no_device_memory_and_returns_its_staging_block() {
 }
 
 // --- predict_host ----------------------------------------------------------------------------
+
+// ANCHOR: host_scenario
+/// The scenario to predict, as code (in the official tests, so the measurement is not yours to
+/// change). It returns what it measured, in the shape of the prediction.
+fn host_scenario(dev: &Device) -> gpumem::Result<HostPrediction> {
+    let stream = dev.stream()?;
+    let mut x = dev.alloc::<f32>(3000)?;
+    let mut a = dev.alloc_pinned::<f32>(3000)?; // 12,000 bytes
+    a.as_mut_slice().fill(1.0);
+    a.copy_to_device_async(&mut x, &stream)?;
+    let b = dev.alloc_pinned::<u8>(20_000)?;
+    stream.synchronize()?; // a's copy has finished, so a's block may be reused once a is dropped
+    drop(a);
+    drop(b);
+    let c = dev.alloc_pinned::<f32>(2500)?; // 10,000 bytes
+    let d = dev.alloc_pinned::<u8>(4096)?;
+    x.copy_from_slice(&vec![2.0; 3000])?; // from a Vec: pageable memory
+
+    let before = dev.host_memory_stats();
+    dev.empty_host_cache(); // c and d are still alive
+    let after = dev.host_memory_stats();
+    let copies = dev.transfer_stats();
+    drop((c, d));
+    Ok(HostPrediction {
+        num_host_alloc: before.num_host_alloc,
+        pinned_active_bytes: before.active_bytes.current,
+        pinned_peak_active_bytes: before.active_bytes.peak,
+        pinned_pool_bytes: before.allocated_bytes.current,
+        num_host_free: after.num_host_free,
+        pinned_pool_after_empty: after.allocated_bytes.current,
+        host_to_device_copies: copies.host_to_device.copies,
+        pinned_copies: copies.pinned.copies,
+        pinned_bytes: copies.pinned.bytes,
+    })
+}
+// ANCHOR_END: host_scenario
 
 /// The prediction and the measurement, on a device fresh from `testing::device()`.
 fn predicted_and_measured(dev: &Device) -> (HostPrediction, HostPrediction) {
@@ -230,7 +301,7 @@ fn host_prediction_matches_the_copy_counters() {
 #[test]
 fn pipeline_delivers_every_batch_intact_and_in_order() {
     seeded(|| {
-        let dev = gpumem::testing::device();
+        let dev = late_device();
         let seed = fresh_seed();
         let (batches, len) = (8, 4099);
         let mut consumed = Vec::new();
@@ -265,7 +336,7 @@ fn pipeline_delivers_every_batch_intact_and_in_order() {
 
 #[test]
 fn pipeline_fills_the_next_batch_before_handing_over_the_current_one() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let log = RefCell::new(Vec::new());
     pipeline(
         &dev,
@@ -298,7 +369,7 @@ fn pipeline_fills_the_next_batch_before_handing_over_the_current_one() {
 
 #[test]
 fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let ignore = |_: usize, _: gpumem::Buffer<f32>| Ok(());
     pipeline(&dev, 9, 3000, |i, s| s.fill(i as f32), ignore).expect("first pipeline");
     let h = dev.host_memory_stats();
@@ -328,7 +399,7 @@ fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
 
 #[test]
 fn pipeline_makes_one_pinned_copy_per_batch() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     pipeline(&dev, 6, 1000, |i, s| s.fill(i as f32), |_, _| Ok(())).expect("pipeline");
     let t = dev.transfer_stats();
     assert_eq!(t.host_to_device, copied(6, 24_000), "one copy per batch");
@@ -339,7 +410,7 @@ fn pipeline_makes_one_pinned_copy_per_batch() {
 
 #[test]
 fn pipeline_keeps_at_most_two_batches_on_the_device_and_leaks_nothing() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     // Memory that exists before and after, so "back to the start" is not simply zero.
     let _keep = dev.alloc::<f32>(1000).expect("device buffer");
     let _keep_pinned = dev.alloc_pinned::<f32>(100).expect("pinned buffer");
@@ -374,7 +445,7 @@ fn pipeline_keeps_at_most_two_batches_on_the_device_and_leaks_nothing() {
 
 #[test]
 fn pipeline_stops_at_the_first_consumer_error_and_leaks_nothing() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let mut consumed = Vec::new();
     let result = pipeline(
         &dev,
@@ -408,7 +479,7 @@ fn pipeline_stops_at_the_first_consumer_error_and_leaks_nothing() {
 
 #[test]
 fn pipeline_of_no_batches_does_nothing() {
-    let dev = gpumem::testing::device();
+    let dev = late_device();
     let calls = RefCell::new(0);
     pipeline(
         &dev,

@@ -10,7 +10,8 @@
 //! Parameters start with `_` only so that the unsolved crate builds without warnings: remove the
 //! `_` when you use one.
 
-use gpumem::autograd::{Activation, Mlp, Tensor, mse_loss};
+pub use ch08_predict::{ForwardMemory, PREDICT_SIZES};
+use gpumem::autograd::{Mlp, Tensor, mse_loss};
 use gpumem::ops::XorShift;
 use gpumem::{Device, Result};
 
@@ -44,29 +45,6 @@ impl Batch {
     }
 }
 // ANCHOR_END: batch
-
-// ANCHOR: forward_memory
-/// The model of the prediction: 128 inputs, two hidden layers of 256, 10 outputs.
-pub const PREDICT_SIZES: [usize; 4] = [128, 256, 256, 10];
-
-/// What one forward pass of a [`PREDICT_SIZES`] model leaves allocated, in bytes of blocks, on
-/// top of the model and the batch, while the caller holds the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ForwardMemory {
-    /// With grad mode on: the output and everything the graph saved for backward.
-    pub with_grad: u64,
-    /// Under `no_grad()`: the output only.
-    pub without_grad: u64,
-}
-// ANCHOR_END: forward_memory
-
-// ANCHOR: predict
-/// Your prediction of [`ForwardMemory`] for a batch of `rows` examples and `activation`.
-pub fn predict_forward_memory(_rows: usize, _activation: Activation) -> ForwardMemory {
-    // TODO: write your numbers before running the tests.
-    todo!("predict the forward pass's memory for {_rows} rows and {_activation:?}")
-}
-// ANCHOR_END: predict
 
 // ANCHOR: evaluate
 /// The mean loss of `model` over `batches`, computed without a graph: nothing is saved, so the

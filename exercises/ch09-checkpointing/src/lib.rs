@@ -20,15 +20,7 @@ use std::ops::Range;
 use std::rc::Rc;
 
 // ANCHOR: model
-/// Inputs of the chapter's models.
-pub const IN_FEATURES: usize = 32;
-/// Width of every hidden layer.
-pub const WIDTH: usize = 64;
-/// Outputs of the chapter's models.
-pub const OUT_FEATURES: usize = 8;
-/// Examples in a batch: enough that a hidden activation (256 × 64 f32, 64 KiB) outweighs a
-/// layer's weight (64 × 64 f32, 16 KiB), as in training with long sequences.
-pub const ROWS: usize = 256;
+pub use ch09_predict::{IN_FEATURES, OUT_FEATURES, ROWS, WIDTH};
 
 /// An MLP of `depth` linear layers with ReLU between them: `IN_FEATURES → WIDTH → … → WIDTH →
 /// OUT_FEATURES`.
@@ -103,24 +95,6 @@ pub fn measure_step(_model: &Mlp, _batch: &Batch, _segments: usize) -> Result<St
     todo!("measure one step in {_segments} segments")
 }
 // ANCHOR_END: measure
-
-// ANCHOR: predict
-/// Your prediction for a [`deep_mlp`] of `depth` layers run by [`checkpointed_loss`] in
-/// `segments` segments on a [`Batch`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CostPrediction {
-    /// [`StepCost::after_forward`].
-    pub after_forward: u64,
-    /// [`StepCost::linear_forwards`].
-    pub linear_forwards: u64,
-}
-
-/// Predicts [`StepCost::after_forward`] and [`StepCost::linear_forwards`].
-pub fn predict_cost(_depth: usize, _segments: usize) -> CostPrediction {
-    // TODO: write your numbers before running the tests.
-    todo!("predict a step of {_depth} layers in {_segments} segments")
-}
-// ANCHOR_END: predict
 
 // ANCHOR: source_model
 /// The source's model: `depth` layers of `WIDTH → WIDTH`, each followed by ReLU (the last one

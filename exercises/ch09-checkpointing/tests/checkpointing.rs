@@ -1,9 +1,10 @@
 //! Graded tests for chapter 9: gradient checkpointing.
 
 use ch09_checkpointing::{
-    Batch, CostPrediction, ROWS, SourceModel, StepCost, WIDTH, checkpointed_loss, deep_mlp,
-    measure_step, predict_cost, segment_ranges,
+    Batch, ROWS, SourceModel, StepCost, WIDTH, checkpointed_loss, deep_mlp, measure_step,
+    segment_ranges,
 };
+use ch09_predict::{CostPrediction, predict_cost};
 use gpumem::Device;
 use gpumem::autograd::{self, Mlp, Tensor, checkpoint_sequential, mse_loss};
 use gpumem::testing::Prediction;
@@ -262,28 +263,47 @@ fn measure_step_leaves_the_gradients_and_repeats_exactly() -> anyhow::Result<()>
 
 fn check_prediction(depth: usize, segments: usize, want: CostPrediction) -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
-    let (model, batch) = model_and_batch(&dev, depth)?;
-    let cost = measure(&dev, &model, &batch, segments)?;
-    let measured = CostPrediction {
-        after_forward: cost.after_forward,
-        linear_forwards: cost.linear_forwards,
+    let measured_cost = |depth, segments| -> anyhow::Result<CostPrediction> {
+        gpumem::testing::reset(&dev);
+        let (model, batch) = model_and_batch(&dev, depth)?;
+        let cost = measure(&dev, &model, &batch, segments)?;
+        Ok(CostPrediction {
+            after_forward: cost.after_forward,
+            linear_forwards: cost.linear_forwards,
+        })
     };
-    assert_eq!(measured, want, "the allocator's numbers");
-    let predicted = predict_cost(depth, segments);
-    Prediction::new(format!(
-        "your prediction for {depth} layers in {segments} segments"
-    ))
-    .bytes(
-        "after_forward",
-        predicted.after_forward,
-        measured.after_forward,
-    )
-    .count(
-        "linear_forwards",
-        predicted.linear_forwards,
-        measured.linear_forwards,
-    )
-    .check();
+    assert_eq!(
+        measured_cost(depth, segments)?,
+        want,
+        "the allocator's numbers"
+    );
+    // The page's case, then two drawn on this run: a copied number passes one case at most.
+    let mut draw = gpumem::testing::Draw::from_env();
+    let mut cases = vec![(depth, segments)];
+    for _ in 0..2 {
+        let depth = draw.size(2, 20);
+        cases.push((depth, draw.size(1, depth)));
+    }
+    for (depth, segments) in cases {
+        let predicted = predict_cost(depth, segments);
+        let measured = measured_cost(depth, segments)?;
+        Prediction::new(format!(
+            "your prediction for {depth} layers in {segments} segments"
+        ))
+        .bytes(
+            "after_forward",
+            predicted.after_forward,
+            measured.after_forward,
+        )
+        .rule("kept: each checkpointed segment's output, the last segment's hidden activations, the output and loss")
+        .count(
+            "linear_forwards",
+            predicted.linear_forwards,
+            measured.linear_forwards,
+        )
+        .rule("every layer runs once, and each checkpointed layer once more in backward")
+        .check();
+    }
     Ok(())
 }
 

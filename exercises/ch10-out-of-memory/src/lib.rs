@@ -5,6 +5,7 @@
 //! `max_split_size_mb`, with `expandable_segments`, and by changing the order of its allocations
 //! (`garbage_collection_threshold` is measured too). Edit the items marked `TODO`.
 
+pub use ch10_predict::{CASES, Case, Outcome};
 use gpumem::{Buffer, Device, Error, Result};
 
 /// One mebibyte.
@@ -136,51 +137,7 @@ pub fn workload_reordered(_dev: &Device) -> Result<Held> {
 }
 // ANCHOR_END: fix
 
-// ANCHOR: predict
-/// Your prediction for each case, before you run it.
-pub fn predict(_case: Case) -> Outcome {
-    // TODO: for each case: does it run out of memory, what is the peak reserved (MiB), and how
-    // many times is the whole cache released to retry? Work it out from the allocator's rules.
-    todo!("predict {_case:?}")
-}
-// ANCHOR_END: predict
-
-// ANCHOR: cases
-/// The ways of running the workload the chapter measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Case {
-    /// As written, torch's default settings.
-    AsWritten,
-    /// As written, with `fix_setting(SettingFix::MaxSplitSize)`.
-    MaxSplitSize,
-    /// As written, with `fix_setting(SettingFix::ExpandableSegments)`.
-    ExpandableSegments,
-    /// As written, with `fix_setting(SettingFix::GarbageCollection)`.
-    GarbageCollection,
-    /// `workload_reordered`, torch's default settings.
-    Reordered,
-}
-
-/// Every case, in the order the chapter shows them.
-pub const CASES: [Case; 5] = [
-    Case::AsWritten,
-    Case::MaxSplitSize,
-    Case::ExpandableSegments,
-    Case::GarbageCollection,
-    Case::Reordered,
-];
-
-/// What a run of the workload came to (or what you predict it comes to).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
-    /// Whether an allocation failed with out of memory.
-    pub out_of_memory: bool,
-    /// `max_memory_reserved()` at the end, in MiB.
-    pub peak_reserved_mib: u64,
-    /// `num_alloc_retries`: reservations retried after the whole cache was released.
-    pub retries: u64,
-}
-
+// ANCHOR: measure
 /// Runs one case on `dev` under `BUDGET` from a clean start and puts the device back as it was.
 /// Returns what happened and the out-of-memory error, if there was one.
 pub fn measure(dev: &Device, case: Case) -> Result<(Outcome, Option<Error>)> {
@@ -229,4 +186,4 @@ fn restore(dev: &Device, original: gpumem::AllocatorConfig) {
     dev.clear_per_process_memory_fraction();
     dev.empty_cache();
 }
-// ANCHOR_END: cases
+// ANCHOR_END: measure

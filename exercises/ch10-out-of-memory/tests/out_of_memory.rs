@@ -1,10 +1,10 @@
 //! Graded tests for chapter 10: out of memory.
 
 use ch10_out_of_memory::{
-    ACTIVATIONS, BUDGET, CASES, Case, Diagnosis, GRADIENTS, MIB, OomReport, SettingFix,
-    budget_fraction, diagnose, fix_setting, measure, parse_oom, parse_size, predict,
-    workload_reordered,
+    ACTIVATIONS, BUDGET, Diagnosis, GRADIENTS, MIB, OomReport, SettingFix, budget_fraction,
+    diagnose, fix_setting, measure, parse_oom, parse_size, workload_reordered,
 };
+use ch10_predict::{CASES, Case, predict};
 use gpumem::testing::Prediction;
 use gpumem::{AllocatorConfig, Error};
 
@@ -278,8 +278,9 @@ fn reordering_keeps_the_staging_buffer_and_gives_nothing_back() -> anyhow::Resul
 /// Checks the prediction for `case` against a run.
 fn check_prediction(case: Case) -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
-    let (measured, _) = measure(&dev, case)?;
+    // The prediction is made before anything runs.
     let predicted = predict(case);
+    let (measured, _) = measure(&dev, case)?;
     Prediction::new(format!("your prediction for {case:?}"))
         .count(
             "out_of_memory",

@@ -7,7 +7,7 @@
 //! `cargo run -p ch11-optimizer-state --example walkthrough`
 
 use anyhow::Context;
-use ch11_optimizer_state::{Batch, Kind};
+use ch11_optimizer_state::{Batch, Kind, optimizer};
 use gpumem::Device;
 use gpumem::autograd::{Activation, Mlp, Tensor, linear};
 use gpumem::ops::XorShift;
@@ -84,14 +84,14 @@ fn main() -> anyhow::Result<()> {
         "  optimizer            weights       saved      grads      state   peak fwd   peak bwd  peak step"
     );
     let rows: [(&str, MakeOptimizer); 4] = [
-        ("SGD", Box::new(|p| Ok(Kind::Sgd.optimizer(p)?))),
+        ("SGD", Box::new(|p| Ok(optimizer(Kind::Sgd, p)?))),
         (
             "SGD momentum 0.9",
-            Box::new(|p| Ok(Kind::SgdMomentum.optimizer(p)?)),
+            Box::new(|p| Ok(optimizer(Kind::SgdMomentum, p)?)),
         ),
         (
             "Adam (for-each)",
-            Box::new(|p| Ok(Kind::Adam.optimizer(p)?)),
+            Box::new(|p| Ok(optimizer(Kind::Adam, p)?)),
         ),
         (
             "Adam (for-loop)",
@@ -127,7 +127,7 @@ fn main() -> anyhow::Result<()> {
     println!("\n== Between steps: Adam, zero_grad(set_to_none) ==");
     let model = Mlp::<f32>::new(&dev, &SIZES, Activation::Relu, &mut rng)?;
     let batch = Batch::random(&dev, &mut rng, ROWS, &SIZES)?;
-    let mut adam = Kind::Adam.optimizer(model.parameters())?;
+    let mut adam = optimizer(Kind::Adam, model.parameters())?;
     let start = dev.memory_allocated();
     for set_to_none in [true, true, false, false] {
         let loss = batch.loss(&model)?;

@@ -1,8 +1,10 @@
 //! Graded tests for chapter 11: optimizer state, zero_grad and in-place operations.
 
 use ch11_optimizer_state::{
-    Batch, Kind, Phase, ROWS, ReluMemory, SIZES, StepMemory, Variant, forward_relu_in_place,
-    predict_state_bytes, predict_step_memory, relu_memory, train_step,
+    Batch, ReluMemory, Variant, forward_relu_in_place, optimizer, relu_memory, train_step,
+};
+use ch11_predict::{
+    Kind, Phase, ROWS, SIZES, StepMemory, predict_state_bytes, predict_step_memory,
 };
 use gpumem::Device;
 use gpumem::autograd::{Activation, Mlp, Tensor, no_grad};
@@ -33,7 +35,7 @@ fn gradient_bytes(model: &Mlp) -> u64 {
 fn measure_state(kind: Kind, sizes: &[usize]) -> anyhow::Result<u64> {
     let dev = device();
     let (model, batch) = setup(&dev, sizes)?;
-    let mut optimizer = kind.optimizer(model.parameters())?;
+    let mut optimizer = optimizer(kind, model.parameters())?;
     let loss = batch.loss(&model)?;
     loss.backward()?;
     drop(loss);
@@ -45,17 +47,27 @@ fn measure_state(kind: Kind, sizes: &[usize]) -> anyhow::Result<u64> {
 }
 
 fn check_state(kind: Kind, sizes: &[usize], want: u64) -> anyhow::Result<()> {
-    let measured = measure_state(kind, sizes)?;
-    assert_eq!(measured, want, "the allocator's numbers");
-    Prediction::new(format!(
-        "your predict_state_bytes for {kind:?} over {sizes:?}"
-    ))
-    .bytes(
-        "optimizer state",
-        predict_state_bytes(kind, sizes),
-        measured,
-    )
-    .check();
+    assert_eq!(measure_state(kind, sizes)?, want, "the allocator's numbers");
+    // The page's model, then two drawn on this run (2 to 4 layers, each at most 256 wide): a
+    // copied number passes one case at most.
+    let mut draw = gpumem::testing::Draw::from_env();
+    let mut cases = vec![sizes.to_vec()];
+    for _ in 0..2 {
+        let layers = draw.size(2, 4);
+        cases.push((0..=layers).map(|_| draw.size(1, 256)).collect());
+    }
+    for sizes in cases {
+        let predicted = predict_state_bytes(kind, &sizes);
+        let measured = measure_state(kind, &sizes)?;
+        Prediction::new(format!(
+            "your predict_state_bytes for {kind:?} over {sizes:?}"
+        ))
+        .bytes("optimizer state", predicted, measured)
+        .rule(
+            "per state entry, one f32 tensor per parameter, each its own block rounded up to 512 B",
+        )
+        .check();
+    }
     Ok(())
 }
 
@@ -85,7 +97,7 @@ fn state_prediction_for_adam_on_a_tiny_model_matches_the_allocator() -> anyhow::
 fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
     let dev = device();
     let (model, batch) = setup(&dev, &SIZES)?;
-    let mut optimizer = kind.optimizer(model.parameters())?;
+    let mut optimizer = optimizer(kind, model.parameters())?;
     let start = dev.memory_allocated();
     dev.reset_peak_memory_stats();
     let loss = batch.loss(&model)?;
@@ -114,13 +126,17 @@ fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
 }
 
 fn check_step(kind: Kind, want: StepMemory) -> anyhow::Result<()> {
+    // The prediction is made before anything runs.
+    let predicted = predict_step_memory(kind);
     let measured = measure_step(kind)?;
     assert_eq!(measured, want, "the allocator's numbers");
-    let predicted = predict_step_memory(kind);
     Prediction::new(format!("your predict_step_memory for {kind:?}"))
         .bytes("state", predicted.state, measured.state)
+        .rule("SGD keeps nothing, momentum one buffer per parameter, Adam two")
         .bytes("step_peak", predicted.step_peak, measured.step_peak)
+        .rule("the gradients, the state, and what a for-each step makes at once")
         .count("peak_phase", predicted.peak_phase, measured.peak_phase)
+        .rule("the step peaks above backward only when it makes new buffers")
         .check();
     Ok(())
 }
@@ -173,7 +189,7 @@ fn step_prediction_for_adam_matches_the_allocator() -> anyhow::Result<()> {
 fn check_train_step(kind: Kind, set_to_none: bool) -> anyhow::Result<()> {
     let dev = device();
     let (model, batch) = setup(&dev, &SIZES)?;
-    let mut optimizer = kind.optimizer(model.parameters())?;
+    let mut optimizer = optimizer(kind, model.parameters())?;
     let start = dev.memory_allocated();
     let before: Vec<f32> = model.parameters()[0].to_f32_vec()?;
     let want_loss = {
@@ -296,9 +312,16 @@ fn relu_in_place_peaks_at_what_the_graph_keeps() -> anyhow::Result<()> {
 /// 1000 × 1000 f32: 4,000,000 bytes, a block of 4,000,256.
 const BLOCK: u64 = 4_000_256;
 
+/// A 16 MB peak from earlier work, gone before `relu_memory` runs: its own peak must not see it.
+fn earlier_peak(dev: &Device) -> anyhow::Result<()> {
+    drop(dev.alloc::<f32>(4_000_000)?);
+    Ok(())
+}
+
 #[test]
 fn relu_out_of_place_keeps_one_block() -> anyhow::Result<()> {
     let dev = device();
+    earlier_peak(&dev)?;
     let got = relu_memory(&dev, 1000, Variant::OutOfPlace)?;
     assert_eq!(
         got,
@@ -313,6 +336,7 @@ fn relu_out_of_place_keeps_one_block() -> anyhow::Result<()> {
 #[test]
 fn relu_then_clone_doubles_the_peak() -> anyhow::Result<()> {
     let dev = device();
+    earlier_peak(&dev)?;
     let got = relu_memory(&dev, 1000, Variant::Clone)?;
     assert_eq!(
         got,
@@ -327,6 +351,7 @@ fn relu_then_clone_doubles_the_peak() -> anyhow::Result<()> {
 #[test]
 fn relu_in_place_allocates_nothing() -> anyhow::Result<()> {
     let dev = device();
+    earlier_peak(&dev)?;
     let got = relu_memory(&dev, 1000, Variant::InPlace)?;
     assert_eq!(got, ReluMemory { kept: 0, peak: 0 });
     Ok(())

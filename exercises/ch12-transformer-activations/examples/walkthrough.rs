@@ -148,7 +148,7 @@ fn main() -> anyhow::Result<()> {
         let layer = Rc::new(bf16_layer(&dev, sh.h as usize, sh.a as usize, &mut rng)?);
         let x = layer_input(&dev, sh, &mut rng)?;
         if i == 0 {
-            dev.record_annotation("1. s=128 b=2 h=128 a=4, five ways");
+            dev.record_annotation("1. s=128 b=2 h=128 a=4, six ways");
         }
         let mut row = Vec::new();
         for (_, plan) in plans() {

@@ -14,34 +14,16 @@
 //! Parameters start with `_` only so that the unsolved crate builds without warnings: remove the
 //! `_` when you use one.
 
+pub use ch12_predict::{Backend, Plan, Shape, Term, paper_terms, predict_saved};
 #[allow(unused_imports)] // what the exercises need; the stubs do not use it yet
 use gpumem::autograd::{
     Attention, AttentionBackend, GptLayer, LAYER_NORM_EPS, LayerNormStats, LayerPlan, Tensor,
-    checkpoint, linear, lse_len, sdpa,
+    checkpoint, linear, sdpa,
 };
 use gpumem::ops::XorShift;
 use gpumem::{Device, Result, bf16};
 
 // ANCHOR: given
-/// One layer's sizes, in the paper's letters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    /// Sequence length s.
-    pub s: u64,
-    /// Micro-batch b.
-    pub b: u64,
-    /// Hidden size h.
-    pub h: u64,
-    /// Attention heads a.
-    pub a: u64,
-}
-
-impl std::fmt::Display for Shape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "s={} b={} h={} a={}", self.s, self.b, self.h, self.a)
-    }
-}
-
 /// A layer of hidden size `h` and `a` heads in bf16, cast from f32 master weights (chapter 6).
 pub fn bf16_layer(dev: &Device, h: usize, a: usize, rng: &mut XorShift) -> Result<GptLayer<bf16>> {
     GptLayer::<f32>::new(dev, h, a, rng)?.cast()
@@ -53,25 +35,19 @@ pub fn layer_input(dev: &Device, shape: Shape, rng: &mut XorShift) -> Result<Ten
     Tensor::uniform(dev, &dims, -1.0, 1.0, rng)?.requires_grad_(true)
 }
 
-/// One term of the paper's count: what is saved, and its bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Term {
-    /// What the tensor is ("softmax output", "GELU input", ...).
-    pub name: &'static str,
-    /// Its bytes.
-    pub bytes: u64,
+/// What [`predict_saved`] needs to know of `plan`: the prediction cannot see gpumem's types.
+pub fn plan_of(plan: &LayerPlan) -> Plan {
+    Plan {
+        stats_kept: plan.stats == LayerNormStats::Keep,
+        backend: match plan.backend {
+            AttentionBackend::Math => Backend::Math,
+            AttentionBackend::Flash => Backend::Flash,
+            AttentionBackend::MemoryEfficient => Backend::MemoryEfficient,
+        },
+        checkpoint_core: plan.checkpoint_core,
+    }
 }
 // ANCHOR_END: given
-
-// ANCHOR: paper
-/// The paper's terms for one layer, one per saved tensor, in the order the forward pass saves
-/// them: 2-byte activations, 1-byte dropout masks. They add up to `s·b·h·(34 + 5·a·s/h)`.
-pub fn paper_terms(_shape: Shape) -> Vec<Term> {
-    // TODO: one Term per tensor the paper counts, in the order of the doc comment above; the
-    // bytes of the whole list are s·b·h·(34 + 5·a·s/h).
-    todo!("the paper's terms for {_shape}")
-}
-// ANCHOR_END: paper
 
 // ANCHOR: forward
 /// The layer's output `[b, s, h]` for `x` `[b, s, h]`, built from gpumem's ops as the plan says:
@@ -98,17 +74,6 @@ pub fn measure_saved(_layer: &GptLayer<bf16>, _x: &Tensor<bf16>, _plan: &LayerPl
     todo!("measure what the layer keeps under {_plan:?}")
 }
 // ANCHOR_END: measure
-
-// ANCHOR: predict
-/// The bytes `measure_saved` will measure for `shape` under `plan` (`plan.p > 0`): the paper's
-/// terms, each in its own block rounded up to 512 bytes, the `s × s` terms gone when the core is
-/// checkpointed or fused, a fused backend's f32 logsumexp, and the LayerNorms' f32 mean and rstd
-/// when they are kept.
-pub fn predict_saved(_shape: Shape, _plan: &LayerPlan) -> u64 {
-    // TODO: the paper's terms, each rounded up to a 512-byte block; then what the plan changes.
-    todo!("predict what a layer of {_shape} keeps under {_plan:?}")
-}
-// ANCHOR_END: predict
 
 // ANCHOR: longest
 /// The longest sequence `s` for which `layers` layers of `shape` (its `s` ignored) keep at most

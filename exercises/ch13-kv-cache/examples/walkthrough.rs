@@ -116,8 +116,11 @@ fn small_run(dev: &Device) -> anyhow::Result<String> {
         },
     )?;
     println!(
-        "  6 requests, a pool of 16 blocks of 8 tokens: {} steps, {} preemptions, at most {} running",
-        report.steps, report.preemptions, report.max_running
+        "  6 requests, a pool of 16 blocks of 8 tokens: {} steps, {} preemption{}, at most {} running",
+        report.steps,
+        report.preemptions,
+        if report.preemptions == 1 { "" } else { "s" },
+        report.max_running
     );
     Ok(format!(
         "{{\"block_size\":8,\"num_blocks\":16,\"steps\":[\n{}\n]}}",
@@ -147,6 +150,11 @@ fn main() -> anyhow::Result<()> {
             per_token * 32768 / MIB
         );
     }
+    let window = 4096;
+    println!(
+        "  (32768 tokens: a model of Mistral's shape with full attention, Mistral-7B-v0.2; v0.1's sliding window of {window} tokens caps a cache that keeps only the window at {} MiB. OPT-13B's context is 2048 tokens.)",
+        mistral_7b().bytes_per_token() as u64 * window / MIB
+    );
 
     // The paper's setting, one layer of OPT-13B in forty: every size is the model's / 40, and the
     // allocator treats a 40 MiB region as it treats a 1600 MiB one (its own segment, rounded to

@@ -14,6 +14,7 @@ use gpumem::serving::{Scheme, StepView};
 use gpumem::{Buffer, Device, Result};
 use std::collections::VecDeque;
 
+pub use ch13_predict::{Fit, predict_fit};
 pub use gpumem::kv_cache::{Appended, KvConfig, OutOfBlocks};
 pub use gpumem::ops::DType;
 pub use gpumem::serving::Waste;
@@ -48,31 +49,6 @@ pub fn kv_bytes(_config: &KvConfig, _tokens: usize) -> u64 {
     todo!()
 }
 // ANCHOR_END: size_kv_cache
-
-// ANCHOR: predict_fit
-/// How many requests a KV budget holds at once, each way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fit {
-    /// Regions of `max_len` tokens, one allocator block each, while the allocator may reserve
-    /// `budget` bytes.
-    pub contiguous: usize,
-    /// Requests of `tokens` tokens in a pool of `budget / block_bytes` blocks.
-    pub paged: usize,
-}
-
-/// Predicts [`Fit`] for requests that will hold `tokens` tokens, a context of `max_len`, blocks
-/// of `block_size` tokens, and `budget` bytes (a multiple of 2 MiB) for the KV cache.
-pub fn predict_fit(
-    _config: &KvConfig,
-    _budget: u64,
-    _max_len: usize,
-    _block_size: usize,
-    _tokens: usize,
-) -> Fit {
-    // TODO: Contiguous: how many regions a segment holds, times how many segments the budget holds. Paged: blocks ÷ blocks per request.
-    todo!()
-}
-// ANCHOR_END: predict_fit
 
 // ANCHOR: pool
 /// The KV cache as vLLM keeps it: one allocator block per layer holding `num_blocks` blocks of

@@ -1,9 +1,10 @@
 //! Graded tests for chapter 13: serving — the KV cache, and why vLLM pages it.
 
 use ch13_kv_cache::{
-    Appended, DType, Fit, KvConfig, OutOfBlocks, Pool, Sequence, Waste, decode_step, kv_bytes,
-    mistral_7b, predict_fit, step_waste, tiny_model,
+    Appended, DType, KvConfig, OutOfBlocks, Pool, Sequence, Waste, decode_step, kv_bytes,
+    mistral_7b, step_waste, tiny_model,
 };
+use ch13_predict::{Fit, predict_fit};
 use gpumem::kv_cache::{BlockPool, BlockTable, ContiguousCache};
 use gpumem::serving::{
     Request, RunningView, Scheme, Server, StepView, StreamShape, request_stream, serve,
@@ -67,7 +68,12 @@ fn kv_bytes_follows_the_formula() {
 fn kv_bytes_is_what_a_pool_of_that_many_tokens_allocates() {
     let dev = device();
     let _pool = BlockPool::new(&dev, tiny_model(), 16, 10).expect("a pool");
-    assert_eq!(dev.memory_allocated(), kv_bytes(&tiny_model(), 160));
+    // Yours first, then what the pool allocated.
+    assert_eq!(
+        kv_bytes(&tiny_model(), 160),
+        dev.memory_allocated(),
+        "the KV bytes of 160 tokens: what a pool of 10 blocks of 16 tokens allocates"
+    );
 }
 
 // ---- predict_fit ----
@@ -82,18 +88,35 @@ fn measured_contiguous(dev: &gpumem::Device, max_len: usize, budget: u64) -> usi
     n as usize
 }
 
+/// The KV bytes of one token of `config`, computed here (not by your `kv_bytes`).
+fn token_bytes(config: &KvConfig) -> u64 {
+    2 * (config.layers * config.kv_heads * config.head_dim * config.dtype.size()) as u64
+}
+
 #[test]
 fn contiguous_prediction_matches_the_allocator() {
     let dev = device();
-    // Regions of 300 KiB (small pool), 1.5 and 2 MiB (20 MiB segments), 11.7 MiB (own segment).
-    for max_len in [300, 1500, 2048, 12_000] {
-        let predicted = predict_fit(&tiny_model(), 40 * MIB, max_len, 16, 100).contiguous;
-        let measured = measured_contiguous(&dev, max_len, 40 * MIB);
+    // Regions of 300 KiB (small pool), 1.5 and 2 MiB (20 MiB segments), 11.7 MiB (own segment),
+    // then two drawn on this run (a copied number passes one case at most).
+    let mut draw = gpumem::testing::Draw::from_env();
+    let mut cases: Vec<(usize, u64)> = [300, 1500, 2048, 12_000]
+        .map(|max_len| (max_len, 40 * MIB))
+        .to_vec();
+    for _ in 0..2 {
+        cases.push((draw.size(1, 16_000), 2 * MIB * draw.range(10, 40)));
+    }
+    let bytes = token_bytes(&tiny_model());
+    for (max_len, budget) in cases {
+        let predicted = predict_fit(bytes, budget, max_len, 16, 100).contiguous;
+        let measured = measured_contiguous(&dev, max_len, budget);
         gpumem::testing::reset(&dev);
         assert_eq!(
-            predicted, measured,
-            "regions of {max_len} tokens (1 KiB each) in a 40 MiB budget: you predicted \
-             {predicted}; the allocator held {measured}"
+            predicted,
+            measured,
+            "regions of {max_len} tokens (1 KiB each) in a budget of {} MiB: you predicted \
+             {predicted} (the rules: a region is one block, rounded to 512 B, in a segment of \
+             2 MiB up to 1 MiB, 20 MiB below 10 MiB, else its own rounded to 2 MiB)",
+            budget / MIB
         );
     }
 }
@@ -101,18 +124,36 @@ fn contiguous_prediction_matches_the_allocator() {
 #[test]
 fn paged_prediction_matches_the_pool() {
     let dev = device();
-    for (block_size, tokens) in [(16, 500), (16, 17), (32, 1000)] {
-        let predicted = predict_fit(&tiny_model(), 40 * MIB, 2048, block_size, tokens).paged;
-        let blocks = (40 * MIB / kv_bytes(&tiny_model(), block_size)) as usize;
+    let mut draw = gpumem::testing::Draw::from_env();
+    let mut cases = vec![
+        (16, 500, 40 * MIB),
+        (16, 17, 40 * MIB),
+        (32, 1000, 40 * MIB),
+    ];
+    for _ in 0..2 {
+        cases.push((
+            draw.pick(&[8, 16, 32]),
+            draw.size(1, 3000),
+            2 * MIB * draw.range(10, 40),
+        ));
+    }
+    let bytes = token_bytes(&tiny_model());
+    for (block_size, tokens, budget) in cases {
+        let predicted = predict_fit(bytes, budget, 2048, block_size, tokens).paged;
+        let blocks = (budget / (bytes * block_size as u64)) as usize;
         let mut pool = BlockPool::new(&dev, tiny_model(), block_size, blocks).expect("a pool");
         let mut measured = 0;
         while BlockTable::new().append_tokens(&mut pool, tokens).is_ok() {
             measured += 1;
         }
+        drop(pool);
+        gpumem::testing::reset(&dev);
         assert_eq!(
-            predicted, measured,
-            "requests of {tokens} tokens, blocks of {block_size}, 40 MiB: you predicted \
-             {predicted}; the pool held {measured}"
+            predicted,
+            measured,
+            "requests of {tokens} tokens, blocks of {block_size}, {} MiB: you predicted \
+             {predicted} (the rule: the pool's blocks divided by the blocks one request needs)",
+            budget / MIB
         );
     }
 }
@@ -120,7 +161,7 @@ fn paged_prediction_matches_the_pool() {
 #[test]
 fn mistral_on_a_16_gib_budget() {
     assert_eq!(
-        predict_fit(&mistral_7b(), 16 << 30, 32_768, 16, 1000),
+        predict_fit(token_bytes(&mistral_7b()), 16 << 30, 32_768, 16, 1000),
         Fit {
             contiguous: 4,
             paged: 130

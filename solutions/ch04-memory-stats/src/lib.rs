@@ -4,10 +4,8 @@
 //! keys, and the two classic measuring mistakes: sampling for a peak, and a list that leaks.
 //! Reference solution.
 
+pub use ch04_predict::{MIB, StatsView};
 use gpumem::{Buffer, Device, MemoryStats, Result};
-
-/// One mebibyte.
-pub const MIB: u64 = 1 << 20;
 
 // ANCHOR: mlp
 /// One `nn.Linear` layer's parameters, in `f32`.
@@ -68,40 +66,18 @@ pub fn block_bytes(model: &Mlp) -> u64 {
 // ANCHOR_END: model_size
 
 // ANCHOR: stats_view
-/// The numbers this chapter reads from `memory_stats()`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatsView {
-    /// Bytes in live blocks: `allocated_bytes.all.current`.
-    pub allocated: u64,
-    /// Bytes the callers asked for, before rounding: `requested_bytes.all.current`.
-    pub requested: u64,
-    /// Bytes reserved from the device: `reserved_bytes.all.current`.
-    pub reserved: u64,
-    /// Highest `allocated` since the last peak reset: `allocated_bytes.all.peak`.
-    pub peak_allocated: u64,
-    /// Reserved segments of the small pool: `segment.small_pool.current`.
-    pub small_segments: u64,
-    /// Reserved segments of the large pool: `segment.large_pool.current`.
-    pub large_segments: u64,
-    /// Free bytes inside segments that a live block keeps from being released:
-    /// `inactive_split_bytes.all.current`.
-    pub inactive_split_bytes: u64,
-}
-
-impl StatsView {
-    /// Picks this chapter's numbers out of `dev.memory_stats()`.
-    pub fn from_stats(stats: &MemoryStats) -> StatsView {
-        // Every key is always present; 0 keeps a misspelt key from panicking.
-        let key = |k: &str| stats.get(k).unwrap_or(0);
-        StatsView {
-            allocated: key("allocated_bytes.all.current"),
-            requested: key("requested_bytes.all.current"),
-            reserved: key("reserved_bytes.all.current"),
-            peak_allocated: key("allocated_bytes.all.peak"),
-            small_segments: key("segment.small_pool.current"),
-            large_segments: key("segment.large_pool.current"),
-            inactive_split_bytes: key("inactive_split_bytes.all.current"),
-        }
+/// Picks this chapter's numbers ([`StatsView`]) out of `dev.memory_stats()`.
+pub fn stats_view(stats: &MemoryStats) -> StatsView {
+    // Every key is always present; 0 keeps a misspelt key from panicking.
+    let key = |k: &str| stats.get(k).unwrap_or(0);
+    StatsView {
+        allocated: key("allocated_bytes.all.current"),
+        requested: key("requested_bytes.all.current"),
+        reserved: key("reserved_bytes.all.current"),
+        peak_allocated: key("allocated_bytes.all.peak"),
+        small_segments: key("segment.small_pool.current"),
+        large_segments: key("segment.large_pool.current"),
+        inactive_split_bytes: key("inactive_split_bytes.all.current"),
     }
 }
 // ANCHOR_END: stats_view
@@ -122,42 +98,6 @@ pub fn fragment(dev: &Device) -> Result<Vec<Buffer<f32>>> {
     Ok(second.into_iter().chain(fourth).chain([six]).collect())
 }
 // ANCHOR_END: fragment
-
-// ANCHOR: predict
-/// Your prediction of `memory_stats()` once `Mlp::new(dev, &MLP_SHAPE)` is alive on an empty device.
-pub fn predict_mlp() -> StatsView {
-    // Blocks: 4 MiB weight (large pool), 4096 B bias, 40_960 B weight, 40 B bias -> 512 B.
-    let blocks = 4 * MIB + 4096 + 40_960 + 512;
-    StatsView {
-        allocated: blocks,
-        requested: 4 * MIB + 4096 + 40_960 + 40,
-        // The 4 MiB weight is carved from a 20 MiB segment; the three small ones share 2 MiB.
-        reserved: 20 * MIB + 2 * MIB,
-        peak_allocated: blocks,
-        small_segments: 1,
-        large_segments: 1,
-        // The rest of both segments is split off and free, but pinned by its live neighbours.
-        inactive_split_bytes: (20 * MIB - 4 * MIB) + (2 * MIB - (4096 + 40_960 + 512)),
-    }
-}
-
-/// Your prediction of `memory_stats()` after `fragment(dev)` on an empty device.
-pub fn predict_fragmented() -> StatsView {
-    StatsView {
-        // Live: the second and fourth 4 MiB blocks and the 6 MiB block.
-        allocated: 4 * MIB + 4 * MIB + 6 * MIB,
-        requested: 14 * MIB,
-        // No free block of the first segment (4, 4 and 4 MiB) fits 6 MiB: a second segment.
-        reserved: 20 * MIB + 20 * MIB,
-        // All four 4 MiB blocks were live at once.
-        peak_allocated: 16 * MIB,
-        small_segments: 0,
-        large_segments: 2,
-        // Three free 4 MiB holes in the first segment, 14 MiB left over in the second.
-        inactive_split_bytes: 12 * MIB + 14 * MIB,
-    }
-}
-// ANCHOR_END: predict
 
 // ANCHOR: peak_report
 /// What `measure_peak` saw of one piece of work.

@@ -4,7 +4,7 @@
 //! for f16, whose range is too small for small gradients; and what mixed precision really saves.
 //! Edit the items marked `TODO`.
 
-use gpumem::ops::{self, DType, Float, Mlp, MlpGrads};
+use gpumem::ops::{self, Float, Mlp, MlpGrads};
 use gpumem::{Buffer, Device, Result};
 
 // ANCHOR: round_trip
@@ -234,63 +234,3 @@ pub fn mixed_precision_step<T: Float>(
     Ok(StepOutcome { loss, stepped })
 }
 // ANCHOR_END: mixed_step
-
-// ANCHOR: mixed_memory
-/// The model of the prediction exercise: 128 inputs, 256 hidden units (ReLU), 64 outputs.
-pub const PREDICT_SIZES: [usize; 3] = [128, 256, 64];
-/// Examples in the prediction's batch.
-pub const PREDICT_ROWS: usize = 64;
-
-/// A mixed-precision setup's memory, in bytes of allocator blocks (what `memory_allocated()`
-/// counts), for `Mlp::new(dev, &PREDICT_SIZES, ..)` and a batch of `PREDICT_ROWS` examples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MixedMemory {
-    /// The f32 master weights and biases.
-    pub master_weights: u64,
-    /// The f32 gradients from `model.zero_grads()`.
-    pub gradients: u64,
-    /// The optimizer's state: `Momentum`'s f32 velocities.
-    pub optimizer_state: u64,
-    /// The batch on the device in the activations' type: its inputs and its targets.
-    pub batch_data: u64,
-    /// The weights cast to the activations' type that forward keeps for backward.
-    pub cast_weights: u64,
-    /// The activations forward keeps for backward: the ReLU output and the model's output.
-    pub activations: u64,
-}
-// ANCHOR_END: mixed_memory
-
-// ANCHOR: predict
-/// Bytes of the block the allocator hands out for `bytes` (all requests here are at most 1 MiB):
-/// a multiple of 512, at least 512.
-fn block(bytes: u64) -> u64 {
-    bytes.div_ceil(512).max(1) * 512
-}
-
-/// Your prediction of `MixedMemory` when the activations are of type `dtype`.
-pub fn predict_memory(dtype: DType) -> MixedMemory {
-    const F32: u64 = 4;
-    let [inputs, hidden, outputs] = PREDICT_SIZES.map(|n| n as u64);
-    let rows = PREDICT_ROWS as u64;
-    let act = dtype.size() as u64;
-    // Weights and biases stay f32: the 64-float bias (256 B) takes a 512 B block.
-    let f32_parameters = block(hidden * inputs * F32)
-        + block(hidden * F32)
-        + block(outputs * hidden * F32)
-        + block(outputs * F32);
-    // autocast keeps a copy of each weight (not the biases) in the activations' type.
-    let cast_weights = if dtype == DType::F32 {
-        0
-    } else {
-        block(hidden * inputs * act) + block(outputs * hidden * act)
-    };
-    MixedMemory {
-        master_weights: f32_parameters,
-        gradients: f32_parameters,
-        optimizer_state: f32_parameters,
-        batch_data: block(rows * inputs * act) + block(rows * outputs * act),
-        cast_weights,
-        activations: block(rows * hidden * act) + block(rows * outputs * act),
-    }
-}
-// ANCHOR_END: predict

@@ -2,7 +2,8 @@
 //!
 //! Reference solution.
 
-use gpumem::autograd::{self, Activation, Mlp, Tensor, mse_loss};
+pub use ch08_predict::{ForwardMemory, PREDICT_SIZES};
+use gpumem::autograd::{self, Mlp, Tensor, mse_loss};
 use gpumem::ops::XorShift;
 use gpumem::{Device, Result};
 
@@ -36,40 +37,6 @@ impl Batch {
     }
 }
 // ANCHOR_END: batch
-
-// ANCHOR: forward_memory
-/// The model of the prediction: 128 inputs, two hidden layers of 256, 10 outputs.
-pub const PREDICT_SIZES: [usize; 4] = [128, 256, 256, 10];
-
-/// What one forward pass of a [`PREDICT_SIZES`] model leaves allocated, in bytes of blocks, on
-/// top of the model and the batch, while the caller holds the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ForwardMemory {
-    /// With grad mode on: the output and everything the graph saved for backward.
-    pub with_grad: u64,
-    /// Under `no_grad()`: the output only.
-    pub without_grad: u64,
-}
-// ANCHOR_END: forward_memory
-
-// ANCHOR: predict
-/// Your prediction of [`ForwardMemory`] for a batch of `rows` examples and `activation`.
-pub fn predict_forward_memory(rows: usize, activation: Activation) -> ForwardMemory {
-    let block = |bytes: usize| bytes.max(1).div_ceil(512) as u64 * 512;
-    let output = block(rows * PREDICT_SIZES[3] * 4);
-    let hidden = block(rows * 256 * 4);
-    // ReLU saves its output, which the next layer saves as its input: one block per hidden layer.
-    // GELU saves its input (the layer's pre-activation) as well: two blocks per hidden layer.
-    let per_layer = match activation {
-        Activation::Relu => 1,
-        Activation::Gelu => 2,
-    };
-    ForwardMemory {
-        with_grad: output + 2 * per_layer * hidden,
-        without_grad: output,
-    }
-}
-// ANCHOR_END: predict
 
 // ANCHOR: evaluate
 /// The mean loss of `model` over `batches`, computed without a graph: nothing is saved, so the

@@ -14,33 +14,15 @@
 //! Parameters start with `_` only so that the unsolved crate builds without warnings: remove the
 //! `_` when you use one.
 
+pub use ch12_predict::{Backend, Plan, Shape, Term, paper_terms, predict_saved};
 use gpumem::autograd::{
     Attention, AttentionBackend, GptLayer, LAYER_NORM_EPS, LayerNormStats, LayerPlan, Tensor,
-    checkpoint, linear, lse_len, sdpa,
+    checkpoint, linear, sdpa,
 };
 use gpumem::ops::XorShift;
 use gpumem::{Device, Result, bf16};
 
 // ANCHOR: given
-/// One layer's sizes, in the paper's letters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    /// Sequence length s.
-    pub s: u64,
-    /// Micro-batch b.
-    pub b: u64,
-    /// Hidden size h.
-    pub h: u64,
-    /// Attention heads a.
-    pub a: u64,
-}
-
-impl std::fmt::Display for Shape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "s={} b={} h={} a={}", self.s, self.b, self.h, self.a)
-    }
-}
-
 /// A layer of hidden size `h` and `a` heads in bf16, cast from f32 master weights (chapter 6).
 pub fn bf16_layer(dev: &Device, h: usize, a: usize, rng: &mut XorShift) -> Result<GptLayer<bf16>> {
     GptLayer::<f32>::new(dev, h, a, rng)?.cast()
@@ -52,42 +34,19 @@ pub fn layer_input(dev: &Device, shape: Shape, rng: &mut XorShift) -> Result<Ten
     Tensor::uniform(dev, &dims, -1.0, 1.0, rng)?.requires_grad_(true)
 }
 
-/// One term of the paper's count: what is saved, and its bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Term {
-    /// What the tensor is ("softmax output", "GELU input", ...).
-    pub name: &'static str,
-    /// Its bytes.
-    pub bytes: u64,
+/// What [`predict_saved`] needs to know of `plan`: the prediction cannot see gpumem's types.
+pub fn plan_of(plan: &LayerPlan) -> Plan {
+    Plan {
+        stats_kept: plan.stats == LayerNormStats::Keep,
+        backend: match plan.backend {
+            AttentionBackend::Math => Backend::Math,
+            AttentionBackend::Flash => Backend::Flash,
+            AttentionBackend::MemoryEfficient => Backend::MemoryEfficient,
+        },
+        checkpoint_core: plan.checkpoint_core,
+    }
 }
 // ANCHOR_END: given
-
-// ANCHOR: paper
-/// The paper's terms for one layer, one per saved tensor, in the order the forward pass saves
-/// them: 2-byte activations, 1-byte dropout masks. They add up to `s·b·h·(34 + 5·a·s/h)`.
-pub fn paper_terms(shape: Shape) -> Vec<Term> {
-    let Shape { s, b, h, a } = shape;
-    let (sbh, ass_b) = (s * b * h, a * s * s * b);
-    let term = |name, bytes| Term { name, bytes };
-    vec![
-        term("LayerNorm 1 input", 2 * sbh),
-        term("QKV input", 2 * sbh),
-        term("Q", 2 * sbh),
-        term("K", 2 * sbh),
-        term("softmax output", 2 * ass_b),
-        term("attention dropout mask", ass_b),
-        term("attention dropout output", 2 * ass_b),
-        term("V", 2 * sbh),
-        term("projection input", 2 * sbh),
-        term("projection dropout mask", sbh),
-        term("LayerNorm 2 input", 2 * sbh),
-        term("fc1 input", 2 * sbh),
-        term("GELU input", 8 * sbh),
-        term("fc2 input", 8 * sbh),
-        term("MLP dropout mask", sbh),
-    ]
-}
-// ANCHOR_END: paper
 
 // ANCHOR: forward
 /// The layer's output `[b, s, h]` for `x` `[b, s, h]`, built from gpumem's ops as the plan says:
@@ -142,37 +101,12 @@ pub fn measure_saved(layer: &GptLayer<bf16>, x: &Tensor<bf16>, plan: &LayerPlan)
 }
 // ANCHOR_END: measure
 
-// ANCHOR: predict
-/// The bytes `measure_saved` will measure for `shape` under `plan` (`plan.p > 0`): the paper's
-/// terms, each in its own block rounded up to 512 bytes, the `s × s` terms gone when the core is
-/// checkpointed or fused, a fused backend's f32 logsumexp, and the LayerNorms' f32 mean and rstd
-/// when they are kept.
-pub fn predict_saved(shape: Shape, plan: &LayerPlan) -> u64 {
-    let block = |bytes: u64| bytes.div_ceil(512) * 512;
-    let fused = plan.backend != AttentionBackend::Math;
-    let square_gone = plan.checkpoint_core || fused;
-    // The three terms of a·s²·b elements each.
-    let square = |t: &Term| t.name.starts_with("softmax") || t.name.starts_with("attention dropout");
-    let mut total: u64 = paper_terms(shape)
-        .iter()
-        .filter(|t| !(square_gone && square(t)))
-        .map(|t| block(t.bytes))
-        .sum();
-    if fused && !plan.checkpoint_core {
-        total += block(4 * shape.b * shape.a * lse_len(plan.backend, shape.s as usize) as u64);
-    }
-    if plan.stats == LayerNormStats::Keep {
-        total += 4 * block(4 * shape.s * shape.b);
-    }
-    total
-}
-// ANCHOR_END: predict
-
 // ANCHOR: longest
 /// The longest sequence `s` for which `layers` layers of `shape` (its `s` ignored) keep at most
 /// `budget` bytes under `plan`, by [`predict_saved`]; 0 if not even `s = 1` fits.
 pub fn longest_sequence(budget: u64, layers: u64, shape: Shape, plan: &LayerPlan) -> u64 {
-    let fits = |s: u64| layers * predict_saved(Shape { s, ..shape }, plan) <= budget;
+    let plan = plan_of(plan);
+    let fits = |s: u64| layers * predict_saved(Shape { s, ..shape }, &plan) <= budget;
     // The bytes grow with s, so the answer is the last s that fits: double, then bisect.
     let mut high = 1;
     while fits(high) {

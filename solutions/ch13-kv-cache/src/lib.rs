@@ -5,11 +5,11 @@
 //! pool and the block table (with a shared prefix, copied on write), measure where the memory
 //! goes, and preempt instead of running out of memory.
 
-use gpumem::allocator::{round_size, segment_size_for};
 use gpumem::serving::{Scheme, StepView};
-use gpumem::{AllocatorConfig, Buffer, Device, Result};
+use gpumem::{Buffer, Device, Result};
 use std::collections::VecDeque;
 
+pub use ch13_predict::{Fit, predict_fit};
 pub use gpumem::kv_cache::{Appended, KvConfig, OutOfBlocks};
 pub use gpumem::ops::DType;
 pub use gpumem::serving::Waste;
@@ -49,39 +49,6 @@ pub fn kv_bytes(config: &KvConfig, tokens: usize) -> u64 {
         * tokens as u64
 }
 // ANCHOR_END: size_kv_cache
-
-// ANCHOR: predict_fit
-/// How many requests a KV budget holds at once, each way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fit {
-    /// Regions of `max_len` tokens, one allocator block each, while the allocator may reserve
-    /// `budget` bytes.
-    pub contiguous: usize,
-    /// Requests of `tokens` tokens in a pool of `budget / block_bytes` blocks.
-    pub paged: usize,
-}
-
-/// Predicts [`Fit`] for requests that will hold `tokens` tokens, a context of `max_len`, blocks
-/// of `block_size` tokens, and `budget` bytes (a multiple of 2 MiB) for the KV cache.
-pub fn predict_fit(
-    config: &KvConfig,
-    budget: u64,
-    max_len: usize,
-    block_size: usize,
-    tokens: usize,
-) -> Fit {
-    let defaults = AllocatorConfig::default();
-    let region = round_size(kv_bytes(config, max_len) as usize, &defaults);
-    let segment = segment_size_for(region, &defaults);
-    let contiguous = (budget as usize / segment) * (segment / region);
-    let blocks = budget / kv_bytes(config, block_size);
-    let per_request = tokens.div_ceil(block_size) as u64;
-    Fit {
-        contiguous,
-        paged: (blocks / per_request) as usize,
-    }
-}
-// ANCHOR_END: predict_fit
 
 // ANCHOR: pool
 /// The KV cache as vLLM keeps it: one allocator block per layer holding `num_blocks` blocks of

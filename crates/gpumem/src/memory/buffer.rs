@@ -363,7 +363,11 @@ impl<T: Element> Buffer<T> {
     }
 
     /// Marks the memory as used by `stream` too (`tensor.record_stream`): when the buffer is
-    /// dropped, its block is not reused until that stream's work queued so far is done.
+    /// dropped, its block is not reused until that stream's work queued so far is done. Without
+    /// it, a buffer allocated on a side stream, read by work queued on another stream and
+    /// dropped goes back to the side stream's cache at once: its next allocation there (and the
+    /// zero-fill `Stream::alloc` queues on it) may overwrite the memory before that work has read
+    /// it, as in torch. The copy functions of pinned buffers call it for you.
     pub fn record_stream(&self, stream: &Stream) {
         if stream.device() != self.device() || stream.id() == self.storage.stream {
             return;

@@ -425,7 +425,11 @@ impl Blas {
         unsafe { blas_result::set_stream(blas.handle, std::ptr::null_mut()) }
             .map_err(|e| fail("cublasSetStream", e))?;
         // Default math: no TF32 for f32 (sgemm keeps full f32 products); f16/bf16 GemmEx with
-        // 32F compute may use tensor cores, which multiply exactly and accumulate in f32.
+        // 32F compute may use tensor cores, which multiply exactly and accumulate in f32, and may
+        // split k and add the partial products in f16/bf16. That is torch 2.15's default too:
+        // `allow_fp16_reduced_precision_reduction` and `allow_bf16_reduced_precision_reduction`
+        // are (True, True) (reduced precision, split-K allowed), so torch adds no
+        // CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; tests/ops_gemm.rs bounds the error.
         // SAFETY: the handle is live.
         unsafe {
             blas_sys::cublasSetMathMode(blas.handle, blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH)

@@ -6,8 +6,9 @@
 //! every machine), draws the snapshot with [`crate::snapshot::viz`], and writes
 //! `book/src/pictures/<chapter>-timeline.svg` and `<chapter>-segments.svg`, and beside them
 //! `<chapter>-history.json`, the events the book's interactive view steps through (see
-//! [`history_json`]). With `--check` it writes nothing and fails when a committed file differs
-//! from what the code makes now.
+//! [`history_json`]), and `<chapter>-walkthrough.txt`, what the walkthrough printed, which the
+//! chapter's page includes as its output (see [`walkthrough_output`]). With `--check` it writes
+//! nothing and fails when a committed file differs from what the code makes now.
 
 use crate::course::app_state::Repo;
 use crate::snapshot::viz;
@@ -48,6 +49,18 @@ const KINDS: [(&str, viz::View); 2] = [
 
 /// The suffix of the data file the interactive view reads: `<chapter>-history.json`.
 const HISTORY_SUFFIX: &str = "history.json";
+
+/// The suffix of the walkthrough's printed output, which the chapter's page includes:
+/// `<chapter>-walkthrough.txt`.
+pub const OUTPUT_SUFFIX: &str = "walkthrough.txt";
+
+/// The cpu device's size for every walkthrough run here, so that what it prints (a capacity, a
+/// memory fraction) is the same on every machine; the pages say so.
+pub const CPU_CAPACITY: &str = "24GiB";
+
+/// What stands in a walkthrough's output for this machine's CPU model, which the cpu device
+/// reports as its name.
+pub const CPU_MODEL: &str = "<CPU model>";
 
 /// The suffix of the data file the block view reads, when a walkthrough served requests from a
 /// block pool: `<chapter>-blocks.json`, the key `kv_blocks` of its snapshot file (chapter 13).
@@ -96,8 +109,12 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
     let mut made = Vec::new();
     for chapter in &chapters {
         eprintln!("{chapter}: running its walkthrough on cpu");
-        let (snapshot, activity) = snapshot_of(&repo, chapter, scratch.path())?;
+        let (snapshot, activity, printed) = snapshot_of(&repo, chapter, scratch.path())?;
         made.extend(pictures_of(chapter, &snapshot, activity.as_ref()));
+        made.push(Picture {
+            file: format!("{chapter}-{OUTPUT_SUFFIX}"),
+            contents: walkthrough_output(&printed, &cpu_model()),
+        });
         let file = scratch.path().join(format!("{chapter}.json"));
         if let Some(contents) = read_kv_blocks(&file)? {
             made.push(Picture {
@@ -138,6 +155,14 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
         let path = dir.join(&picture.file);
         let state = match std::fs::read_to_string(&path) {
             Ok(old) if old == picture.contents => "unchanged",
+            // A walkthrough's output whose times alone differ keeps the times it was made with.
+            Ok(old)
+                if picture.file.ends_with(OUTPUT_SUFFIX)
+                    && without_times(&old) == without_times(&picture.contents) =>
+            {
+                println!("{PICTURES_DIR}/{} (unchanged but for times)", picture.file);
+                continue;
+            }
             Ok(_) => "updated",
             Err(_) => "new",
         };
@@ -171,13 +196,14 @@ pub fn chapters_with_pictures(repo: &Repo) -> Result<Vec<String>> {
     Ok(found)
 }
 
-/// Runs `chapter`'s walkthrough on the `cpu` device with [`SNAPSHOT_VAR`] set, and reads the
-/// snapshot it wrote into `scratch`, with the activity recorded beside it (if any).
+/// Runs `chapter`'s walkthrough on the `cpu` device (of [`CPU_CAPACITY`]) with [`SNAPSHOT_VAR`]
+/// set, and reads the snapshot it wrote into `scratch`, with the activity recorded beside it (if
+/// any), and what it printed.
 pub fn snapshot_of(
     repo: &Repo,
     chapter: &str,
     scratch: &Path,
-) -> Result<(gpumem::Snapshot, Option<gpumem::Activity>)> {
+) -> Result<(gpumem::Snapshot, Option<gpumem::Activity>, String)> {
     let file = scratch.join(format!("{chapter}.json"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(&cargo)
@@ -185,9 +211,10 @@ pub fn snapshot_of(
         .current_dir(&repo.root)
         .env("GPUMEM_DEVICE", "cpu")
         .env(SNAPSHOT_VAR, &file)
-        // The pictures show the allocator's default rules and a cpu device of the default size.
+        // The pictures show the allocator's default rules, on a cpu device of the same size on
+        // every machine.
         .env_remove("GPUMEM_ALLOC_CONF")
-        .env_remove("GPUMEM_CPU_CAPACITY")
+        .env("GPUMEM_CPU_CAPACITY", CPU_CAPACITY)
         .output()
         .with_context(|| format!("running {cargo:?} for {chapter}'s walkthrough"))?;
     if !output.status.success() {
@@ -204,7 +231,51 @@ pub fn snapshot_of(
             file.display()
         );
     }
-    Ok((viz::read_snapshot(&file)?, read_activity(&file)?))
+    let printed = String::from_utf8(output.stdout)
+        .with_context(|| format!("{chapter}'s walkthrough printed text that is not UTF-8"))?;
+    Ok((viz::read_snapshot(&file)?, read_activity(&file)?, printed))
+}
+
+/// This machine's CPU model, as the cpu device names itself (empty if it cannot say).
+fn cpu_model() -> String {
+    gpumem::Device::cpu()
+        .properties()
+        .map(|p| p.name)
+        .unwrap_or_default()
+}
+
+/// A walkthrough's output as its page shows it: what it printed, with this machine's CPU model
+/// (`cpu_model`, the cpu device's name) written as [`CPU_MODEL`], since it differs from machine
+/// to machine.
+pub fn walkthrough_output(printed: &str, cpu_model: &str) -> String {
+    if cpu_model.is_empty() {
+        printed.to_string()
+    } else {
+        printed.replace(cpu_model, CPU_MODEL)
+    }
+}
+
+/// A walkthrough's output with each measured time (a number followed by ` ms`) written as `… ms`:
+/// what must be the same from run to run and machine to machine.
+pub fn without_times(output: &str) -> String {
+    let mut out = String::with_capacity(output.len());
+    let mut rest = output;
+    while let Some(at) = rest.find(" ms") {
+        let (before, after) = rest.split_at(at);
+        let number = before
+            .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .map_or(0, |i| i + 1);
+        if number < before.len() && before[number..].starts_with(|c: char| c.is_ascii_digit()) {
+            out.push_str(&before[..number]);
+            out.push('…');
+        } else {
+            out.push_str(before);
+        }
+        out.push_str(" ms");
+        rest = &after[" ms".len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The block pool's steps a snapshot file holds beside the snapshot (its key `kv_blocks`, written
@@ -341,8 +412,11 @@ pub fn differences(dir: &Path, made: &[Picture]) -> Vec<String> {
     let mut out = Vec::new();
     for picture in made {
         let path: PathBuf = dir.join(&picture.file);
+        let output = picture.file.ends_with(OUTPUT_SUFFIX);
         match std::fs::read_to_string(&path) {
             Ok(old) if old == picture.contents => {}
+            // A walkthrough's times differ from run to run: only the rest must match.
+            Ok(old) if output && without_times(&old) == without_times(&picture.contents) => {}
             Ok(_) => out.push(format!("{PICTURES_DIR}/{}: out of date", picture.file)),
             Err(_) => out.push(format!("{PICTURES_DIR}/{}: missing", picture.file)),
         }
@@ -351,7 +425,8 @@ pub fn differences(dir: &Path, made: &[Picture]) -> Vec<String> {
 }
 
 /// Files in `dir` named like a chapter's (`*-timeline.svg`, `*-segments.svg`, `*-streams.svg`,
-/// `*-pinned.svg`, `*-history.json`, `*-blocks.json`) that none of `chapters` makes.
+/// `*-pinned.svg`, `*-history.json`, `*-blocks.json`, `*-walkthrough.txt`) that none of
+/// `chapters` makes.
 pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -369,7 +444,11 @@ pub fn orphans(dir: &Path, chapters: &[String]) -> Result<Vec<String>> {
             .iter()
             .map(|(suffix, _)| format!("-{suffix}.svg"))
             .chain(ACTIVITY_SUFFIXES.iter().map(|s| format!("-{s}.svg")))
-            .chain([format!("-{HISTORY_SUFFIX}"), format!("-{BLOCKS_SUFFIX}")])
+            .chain([
+                format!("-{HISTORY_SUFFIX}"),
+                format!("-{BLOCKS_SUFFIX}"),
+                format!("-{OUTPUT_SUFFIX}"),
+            ])
             .find_map(|suffix| name.strip_suffix(&suffix).map(str::to_string));
         if let Some(chapter) = chapter
             && !chapters.contains(&chapter)
@@ -594,6 +673,46 @@ mod tests {
     }
 
     #[test]
+    fn a_walkthrough_output_that_differs_only_in_its_times_is_up_to_date() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = "device cpu (<CPU model>)\n  probing took 1.701 ms; 12 blocks\n";
+        std::fs::write(dir.path().join("a-walkthrough.txt"), old).unwrap();
+        std::fs::write(dir.path().join("b-walkthrough.txt"), old).unwrap();
+        let made = [
+            picture(
+                "a-walkthrough.txt",
+                "device cpu (<CPU model>)\n  probing took 0.2 ms; 12 blocks\n",
+            ),
+            picture(
+                "b-walkthrough.txt",
+                "device cpu (<CPU model>)\n  probing took 1.701 ms; 13 blocks\n",
+            ),
+        ];
+        assert_eq!(
+            differences(dir.path(), &made),
+            vec!["book/src/pictures/b-walkthrough.txt: out of date"]
+        );
+    }
+
+    #[test]
+    fn only_numbers_before_ms_count_as_times() {
+        assert_eq!(
+            without_times("took 1.7 ms, 0.001 ms; 3 items ms; 5 ms"),
+            "took … ms, … ms; 3 items ms; … ms"
+        );
+        assert_eq!(without_times("no time here"), "no time here");
+    }
+
+    #[test]
+    fn the_cpu_model_is_written_as_a_placeholder() {
+        assert_eq!(
+            walkthrough_output("device cpu (AMD EPYC)\n  name = AMD EPYC\n", "AMD EPYC"),
+            "device cpu (<CPU model>)\n  name = <CPU model>\n"
+        );
+        assert_eq!(walkthrough_output("device cpu ()\n", ""), "device cpu ()\n");
+    }
+
+    #[test]
     fn differences_name_missing_and_changed_pictures() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a-timeline.svg"), "<svg>old</svg>").unwrap();
@@ -620,13 +739,18 @@ mod tests {
             "a-history.json",
             "gone-segments.svg",
             "gone-history.json",
+            "gone-walkthrough.txt",
             "diagram.svg",
         ] {
             std::fs::write(dir.path().join(f), "<svg/>").unwrap();
         }
         assert_eq!(
             orphans(dir.path(), &["a".to_string()]).unwrap(),
-            vec!["gone-history.json", "gone-segments.svg"]
+            vec![
+                "gone-history.json",
+                "gone-segments.svg",
+                "gone-walkthrough.txt"
+            ]
         );
         assert!(orphans(&dir.path().join("none"), &[]).unwrap().is_empty());
     }

@@ -250,8 +250,12 @@ pub fn check_chapter(
             if options.progress {
                 eprintln!("{name}: running {} tests...", cases.len());
             }
-            let run_options = RunOptions::for_crate(&scratch.crate_dir, options.timeout)
+            let mut run_options = RunOptions::for_crate(&scratch.crate_dir, options.timeout)
                 .with_memory_limit(options.memory_limit);
+            run_options.env.push((
+                gpumem::testing::TRIED_VAR.to_string(),
+                tried_tests(previous.as_ref()),
+            ));
             let mut outcomes = runner::run_tests(&cases, &run_options, options.jobs, &|_| {})?;
             for outcome in &mut outcomes {
                 outcome.message = paths.rewrite(&outcome.message);
@@ -290,6 +294,34 @@ pub fn check_chapter(
         tests_source,
         tests_differ,
     })
+}
+
+/// Why `src/predict.rs` cannot call gpumem, said when a build error shows it tried.
+pub const PREDICTION_NOTE: &str = "src/predict.rs is built on its own, without gpumem: a \
+     prediction is made before measuring; the tests measure and compare. Write the allocator's \
+     rules there as arithmetic.";
+
+/// Whether a compiler error is a prediction (`src/predict.rs`) reaching for a crate it cannot use.
+fn measures_in_a_prediction(error: &str) -> bool {
+    error.contains("predict.rs")
+        && (error.contains("unresolved module or unlinked crate")
+            || error.contains("unresolved import")
+            || error.contains("can't find crate"))
+}
+
+/// The tests that failed at `previous`, comma-separated: `WORKBOOK_TRIED` for the next run, so
+/// that a prediction shows the measured values only to a learner who has tried once already.
+fn tried_tests(previous: Option<&CheckRecord>) -> String {
+    previous
+        .map(|p| {
+            p.tests
+                .iter()
+                .filter(|(_, t)| t.status != TestStatus::Passed)
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
 }
 
 /// Whether the files under `tests` differ from the official copy's `tests/`.
@@ -338,7 +370,8 @@ impl PathMap {
     }
 
     fn rewrite(&self, text: &str) -> String {
-        let mut text = text.to_string();
+        // The predictions' crate names its source through `predict/../src/predict.rs`.
+        let mut text = text.replace("/predict/../src/", "/src/");
         for (from, to) in &self.pairs {
             text = text.replace(from.as_str(), to);
         }
@@ -406,6 +439,9 @@ pub fn render(repo: &Repo, check: &ChapterCheck) -> String {
                 out,
                 "\n  (the first error of several: fix it first, the others may follow from it)"
             );
+        }
+        if failure.errors.iter().any(|e| measures_in_a_prediction(e)) {
+            let _ = writeln!(out, "\n  {PREDICTION_NOTE}");
         }
         if let Some(kept) = learner::kept_progress(chapter, &check.record) {
             let _ = writeln!(out, "\n{kept}");
@@ -488,7 +524,12 @@ pub fn render(repo: &Repo, check: &ChapterCheck) -> String {
     let done = statuses.iter().filter(|s| s.state == State::Done).count();
     out.push('\n');
     if check.passed() {
-        let _ = writeln!(out, "All {listed} tests pass: {} is done.", chapter.name);
+        let all = if listed == 1 {
+            "The one test passes".to_string()
+        } else {
+            format!("All {listed} tests pass")
+        };
+        let _ = writeln!(out, "{all}: {} is done.", chapter.name);
     } else {
         let _ = writeln!(
             out,
@@ -558,9 +599,14 @@ pub fn next_after(
             format!("  {cmd} solution {name}"),
         ]
     };
-    match learner::first_unfinished(chapters, progress) {
-        Some(next) => {
-            lines.push(format!("Next chapter: \"{}\":", next.info.title));
+    match learner::next_unfinished(chapters, progress, name) {
+        Some((next, earlier)) => {
+            let what = if earlier {
+                "An earlier chapter is still unfinished"
+            } else {
+                "Next chapter"
+            };
+            lines.push(format!("{what}: \"{}\":", next.info.title));
             lines.push(format!("  {cmd} check {}", next.name));
         }
         None => lines.push("Every chapter passes. Well done!".to_string()),
@@ -595,6 +641,37 @@ mod tests {
         assert!(tests_differ(tests, &COPY));
         std::fs::remove_file(tests.join("b.rs")).unwrap();
         assert!(tests_differ(tests, &COPY));
+    }
+
+    #[test]
+    fn a_prediction_that_reaches_for_gpumem_is_told_why_it_cannot() {
+        assert!(measures_in_a_prediction(
+            "error[E0433]: failed to resolve: use of unresolved module or unlinked crate `gpumem`\n \
+             --> exercises/ch01-availability/src/predict.rs:30:5"
+        ));
+        assert!(!measures_in_a_prediction(
+            "error[E0433]: use of unresolved module or unlinked crate `foo`\n --> src/lib.rs:3:5"
+        ));
+    }
+
+    #[test]
+    fn only_the_tests_that_did_not_pass_last_time_count_as_tried() {
+        let record = |status| TestRecord {
+            status,
+            message: String::new(),
+        };
+        let mut previous = CheckRecord::default();
+        previous
+            .tests
+            .insert("a".into(), record(TestStatus::Failed));
+        previous
+            .tests
+            .insert("b".into(), record(TestStatus::Passed));
+        previous
+            .tests
+            .insert("c".into(), record(TestStatus::TimedOut));
+        assert_eq!(tried_tests(Some(&previous)), "a,c");
+        assert_eq!(tried_tests(None), "");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! peak the largest live blocks and the allocation sites by recorded frames, the fragmentation,
 //! the out-of-memory events and the leak candidates.
 
-use crate::snapshot::analysis::{self, DeviceReport, Limits, Range, Report, range_text};
+use crate::snapshot::analysis::{
+    self, DeviceReport, Fragmentation, Limits, Range, Report, range_text,
+};
 use anyhow::Result;
 use clap::Args;
 use gpumem::format_bytes;
@@ -15,7 +17,11 @@ use std::process::ExitCode;
 #[derive(Debug, Args)]
 #[command(
     after_help = "Record a snapshot in PyTorch with torch.cuda.memory._record_memory_history() \
-                  before the work and torch.cuda.memory._dump_snapshot(\"snap.pickle\") after it."
+                  before the work and torch.cuda.memory._dump_snapshot(\"snap.pickle\") after it. \
+                  A state-only snapshot (no history) and the list torch.cuda.memory_snapshot() \
+                  returns are read too.\n\nAllocated and live bytes are the bytes asked for \
+                  (torch's requested_size, what torch's viewer counts), not the blocks' sizes \
+                  rounded by the allocator; the rounding is in reserved - allocated."
 )]
 pub struct InspectArgs {
     /// The snapshot: torch's pickle (`_dump_snapshot`), gpumem's snapshot (JSON or pickle), or a
@@ -87,71 +93,21 @@ pub fn text(report: &Report) -> String {
     out
 }
 
-fn device_text(out: &mut String, d: &DeviceReport) {
-    let _ = writeln!(
-        out,
-        "device {}: {} events in the range of {} ({} allocs, {} frees, {} segment allocs, {} \
-         segment frees, {} out of memory)",
-        d.device,
-        d.events_in_range,
-        d.events,
-        d.allocs,
-        d.frees,
-        d.segment_allocs,
-        d.segment_frees,
-        d.ooms.len()
-    );
-    let _ = writeln!(
-        out,
-        "  peak allocated  {} at event {} (time_us {})",
-        format_bytes(d.peak_allocated.bytes),
-        d.peak_allocated.event,
-        d.peak_allocated.time_us
-    );
-    let _ = writeln!(
-        out,
-        "  peak reserved   {} at event {} (time_us {})",
-        format_bytes(d.peak_reserved.bytes),
-        d.peak_reserved.event,
-        d.peak_reserved.time_us
-    );
-    let _ = writeln!(
-        out,
-        "  at the allocated peak: {} reserved in {} segment{}; {} allocated before recording \
-         began (no frames)",
-        format_bytes(d.reserved_at_peak),
-        d.segments_at_peak,
-        if d.segments_at_peak == 1 { "" } else { "s" },
-        format_bytes(d.unrecorded_at_peak)
-    );
-    let _ = writeln!(out, "\n  largest blocks live at the peak");
-    let _ = writeln!(out, "  {:>12}  {:>8}  frames", "size", "event");
-    for b in &d.largest_blocks {
-        let _ = writeln!(
-            out,
-            "  {:>12}  {:>8}  {}",
-            format_bytes(b.size),
-            b.allocated_at,
-            stack_text(&b.frames)
-        );
+/// When a peak came, in words: the entry after which, and its time.
+pub fn point_text(event: Option<u64>, time_us: Option<u64>) -> String {
+    match (event, time_us) {
+        (None, _) => "before the first event (when recording began)".to_string(),
+        (Some(e), Some(t)) => format!("at event {e} (time_us {t})"),
+        (Some(e), None) => format!("at event {e}"),
     }
-    let _ = writeln!(
-        out,
-        "\n  allocation sites live at the peak, by bytes ({} sites in all)",
-        d.site_count
-    );
-    let _ = writeln!(out, "  {:>12}  {:>8}  frames", "bytes", "blocks");
-    for s in &d.sites {
-        let _ = writeln!(
-            out,
-            "  {:>12}  {:>8}  {}",
-            format_bytes(s.bytes),
-            s.blocks,
-            stack_text(&s.frames)
-        );
-    }
-    let f = &d.fragmentation;
-    let _ = writeln!(out, "\n  fragmentation at the peak");
+}
+
+/// An entry's index, or `-` for a block from before recording began.
+fn event_text(event: Option<u64>) -> String {
+    event.map_or_else(|| "-".to_string(), |e| e.to_string())
+}
+
+fn fragmentation_text(out: &mut String, f: &Fragmentation) {
     let _ = writeln!(
         out,
         "    reserved - allocated      {}",
@@ -178,21 +134,130 @@ fn device_text(out: &mut String, d: &DeviceReport) {
         "    torch viewer's calculate_fragmentation (sum of free gaps squared / reserved squared): {:.6}",
         f.viewer_fragmentation
     );
+}
+
+fn device_text(out: &mut String, d: &DeviceReport) {
+    if !d.history {
+        let _ = writeln!(
+            out,
+            "device {}: no history was recorded (this snapshot holds the state only). To record \
+             one, call torch.cuda.memory._record_memory_history() before the work and \
+             torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after it.",
+            d.device
+        );
+        let _ = writeln!(
+            out,
+            "  state: {} reserved in {} segment{}, {} allocated",
+            format_bytes(d.reserved_at_end),
+            d.segments_at_end,
+            if d.segments_at_end == 1 { "" } else { "s" },
+            format_bytes(d.allocated_at_end)
+        );
+        let _ = writeln!(out, "\n  fragmentation");
+        fragmentation_text(out, &d.fragmentation_at_end);
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "device {}: {} events in the range of {} ({} allocs, {} frees, {} segment allocs, {} \
+         segment frees, {} out of memory)",
+        d.device,
+        d.events_in_range,
+        d.events,
+        d.allocs,
+        d.frees,
+        d.segment_allocs,
+        d.segment_frees,
+        d.oom_count
+    );
+    if d.time_us.is_none() {
+        let _ = writeln!(
+            out,
+            "  no timestamps in this file (torch 2.1 and older record no time_us)"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  peak allocated  {} {}",
+        format_bytes(d.peak_allocated.bytes),
+        point_text(d.peak_allocated.event, d.peak_allocated.time_us)
+    );
+    let _ = writeln!(
+        out,
+        "  peak reserved   {} {}",
+        format_bytes(d.peak_reserved.bytes),
+        point_text(d.peak_reserved.event, d.peak_reserved.time_us)
+    );
+    let _ = writeln!(
+        out,
+        "  at the allocated peak: {} reserved in {} segment{}; {} allocated before recording \
+         began (no frames)",
+        format_bytes(d.reserved_at_peak),
+        d.segments_at_peak,
+        if d.segments_at_peak == 1 { "" } else { "s" },
+        format_bytes(d.unrecorded_at_peak)
+    );
+    let _ = writeln!(out, "\n  largest blocks live at the peak");
+    let _ = writeln!(out, "  {:>12}  {:>8}  frames", "size", "event");
+    for b in &d.largest_blocks {
+        let _ = writeln!(
+            out,
+            "  {:>12}  {:>8}  {}",
+            format_bytes(b.size),
+            event_text(b.allocated_at),
+            stack_text(&b.frames)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n  allocation sites live at the peak, by bytes ({} sites in all)",
+        d.site_count
+    );
+    let _ = writeln!(out, "  {:>12}  {:>8}  frames", "bytes", "blocks");
+    for s in &d.sites {
+        let _ = writeln!(
+            out,
+            "  {:>12}  {:>8}  {}",
+            format_bytes(s.bytes),
+            s.blocks,
+            stack_text(&s.frames)
+        );
+    }
+    let _ = writeln!(out, "\n  fragmentation at the peak");
+    fragmentation_text(out, &d.fragmentation);
     if !d.ooms.is_empty() {
         let _ = writeln!(out, "\n  out of memory");
         for o in &d.ooms {
             let _ = writeln!(
                 out,
-                "    event {} (time_us {}): {} allocated, {} reserved\n      {}\n      at {}",
+                "    event {}{}: {} allocated, {} reserved\n      {}\n      at {}",
                 o.event,
-                o.time_us,
+                o.time_us
+                    .map(|t| format!(" (time_us {t})"))
+                    .unwrap_or_default(),
                 format_bytes(o.allocated),
                 format_bytes(o.reserved),
                 o.why,
                 stack_text(&o.frames)
             );
         }
+        let more = d.oom_count.saturating_sub(d.ooms.len() as u64);
+        if more > 0 {
+            let _ = writeln!(
+                out,
+                "    and {more} more (the first {} are shown)",
+                d.ooms.len()
+            );
+        }
     }
+    let _ = writeln!(
+        out,
+        "\n  at the end of the range: {} reserved in {} segment{}, {} allocated",
+        format_bytes(d.reserved_at_end),
+        d.segments_at_end,
+        if d.segments_at_end == 1 { "" } else { "s" },
+        format_bytes(d.allocated_at_end)
+    );
     let _ = writeln!(
         out,
         "\n  leak candidates: {} block{} ({}) allocated in the range and alive at its end",
@@ -205,7 +270,7 @@ fn device_text(out: &mut String, d: &DeviceReport) {
             out,
             "  {:>12}  {:>8}  {}",
             format_bytes(b.size),
-            b.allocated_at,
+            event_text(b.allocated_at),
             stack_text(&b.frames)
         );
     }

@@ -258,9 +258,15 @@ pub fn run(root: Option<&Path>, args: &WatchArgs) -> Result<ExitCode> {
                     );
                     if let Ok(progress) = StateFile::of(&repo).load()
                         && let Ok(chapters) = learner::load_chapters(&repo)
-                        && let Some(next) = learner::first_unfinished(&chapters, &progress)
+                        && let Some((next, earlier)) =
+                            learner::next_unfinished(&chapters, &progress, &chapter.name)
                     {
-                        println!("Next chapter: {cmd} watch {}", next.name);
+                        let what = if earlier {
+                            "An earlier chapter is still unfinished"
+                        } else {
+                            "Next chapter"
+                        };
+                        println!("{what}: {cmd} watch {}", next.name);
                     }
                 } else {
                     println!("\nStuck? {cmd} hint {}", chapter.name);

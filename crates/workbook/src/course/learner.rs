@@ -148,6 +148,22 @@ pub fn first_unfinished<'a>(chapters: &'a [Chapter], progress: &Progress) -> Opt
         .find(|c| !chapter_done(c, progress.check(&c.name)))
 }
 
+/// The chapter to go on with after `current` passed: the first unfinished one after it, else the
+/// first unfinished one before it (then `true`: an earlier chapter left unfinished, not the next).
+pub fn next_unfinished<'a>(
+    chapters: &'a [Chapter],
+    progress: &Progress,
+    current: &str,
+) -> Option<(&'a Chapter, bool)> {
+    let at = chapters.iter().position(|c| c.name == current)?;
+    let unfinished = |c: &&Chapter| !chapter_done(c, progress.check(&c.name)) && c.name != current;
+    chapters[at + 1..]
+        .iter()
+        .find(unfinished)
+        .map(|c| (c, false))
+        .or_else(|| chapters[..at].iter().find(unfinished).map(|c| (c, true)))
+}
+
 /// The one chapter named on the command line (exact or a unique prefix), or the first unfinished
 /// one (the last chapter when all are done).
 pub fn choose_chapter(repo: &Repo, wanted: Option<&str>, progress: &Progress) -> Result<Chapter> {
@@ -398,6 +414,32 @@ mod tests {
         let r = record(&[("a", TestStatus::Passed, ""), ("b", TestStatus::Passed, "")]);
         assert_eq!(exercise_status(&ex, Some(&r)).state, State::Done);
         assert_eq!(exercise_status(&ex, None).state, State::NotStarted);
+    }
+
+    #[test]
+    fn after_the_last_chapter_the_next_is_an_earlier_unfinished_one_said_as_such() {
+        let chapter = |name: &str| Chapter {
+            name: name.into(),
+            dir: format!("exercises/{name}").into(),
+            solution_dir: format!("solutions/{name}").into(),
+            info: crate::course::chapter::ChapterInfo {
+                title: name.into(),
+                exercises: vec![exercise(&["a"])],
+            },
+        };
+        let chapters = [chapter("ch01"), chapter("ch02"), chapter("ch03")];
+        let mut progress = Progress::default();
+        let done = record(&[("a", TestStatus::Passed, "")]);
+        progress.chapter_mut("ch02").check = Some(done.clone());
+        let next = |progress: &Progress, current| {
+            next_unfinished(&chapters, progress, current)
+                .map(|(c, earlier)| (c.name.clone(), earlier))
+        };
+        assert_eq!(next(&progress, "ch02"), Some(("ch03".to_string(), false)));
+        assert_eq!(next(&progress, "ch03"), Some(("ch01".to_string(), true)));
+        progress.chapter_mut("ch01").check = Some(done.clone());
+        progress.chapter_mut("ch03").check = Some(done);
+        assert_eq!(next(&progress, "ch03"), None);
     }
 
     #[test]

@@ -1204,15 +1204,21 @@ fn panic_summary(lines: &[String]) -> String {
         let equal = rest.starts_with("== right`");
         let (_, message) = rest.split_once("` failed")?;
         let message = message.trim_start_matches(':').trim();
-        let value = |side: &str| {
+        let raw = |side: &str| {
             lines
                 .iter()
                 .find_map(|l| l.strip_prefix(side))
-                .map(|v| shorten(v.trim(), MAX_VALUE))
+                .map(str::trim)
         };
-        let (yours, other) = (value("left:")?, value("right:")?);
+        let (raw_yours, raw_other) = (raw("left:")?, raw("right:")?);
+        let (yours, other) = (shorten(raw_yours, MAX_VALUE), shorten(raw_other, MAX_VALUE));
+        let cut = yours != raw_yours || other != raw_other;
         let values = if equal {
-            format!("yours: {yours}; expected: {other}")
+            match first_difference(raw_yours, raw_other).filter(|_| cut) {
+                // Two long lists cut alike would look the same: say where they differ.
+                Some(difference) => format!("yours: {yours}; expected: {other}; {difference}"),
+                None => format!("yours: {yours}; expected: {other}"),
+            }
         } else {
             format!("yours: {yours}; it must differ from: {other}")
         };
@@ -1229,6 +1235,55 @@ fn panic_summary(lines: &[String]) -> String {
             .collect::<Vec<_>>()
             .join("; ")
     })
+}
+
+/// Where two lists written as `[a, b, ...]` first differ: the index, both elements there, and
+/// both lengths. `None` when either is not a list.
+fn first_difference(yours: &str, expected: &str) -> Option<String> {
+    let (mine, theirs) = (elements(yours)?, elements(expected)?);
+    let at = mine
+        .iter()
+        .zip(&theirs)
+        .position(|(a, b)| a != b)
+        .unwrap_or(mine.len().min(theirs.len()));
+    let show = |list: &[&str]| match list.get(at) {
+        Some(element) => shorten(element, MAX_VALUE / 2),
+        None => "nothing (the list ends)".to_string(),
+    };
+    Some(format!(
+        "first difference at element {at}: yours {}, expected {}; lengths: yours {}, expected {}",
+        show(&mine),
+        show(&theirs),
+        mine.len(),
+        theirs.len()
+    ))
+}
+
+/// The top-level elements of a value written as a list, `[a, b, c]`; nested brackets and quoted
+/// text stay whole.
+fn elements(value: &str) -> Option<Vec<&str>> {
+    let inner = value.strip_prefix('[')?.strip_suffix(']')?;
+    if inner.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    let (mut out, mut depth, mut start, mut quoted, mut escaped) =
+        (Vec::new(), 0i32, 0, false, false);
+    for (i, c) in inner.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '[' | '(' | '{' if !quoted => depth += 1,
+            ']' | ')' | '}' if !quoted => depth -= 1,
+            ',' if depth == 0 && !quoted => {
+                out.push(inner[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(inner[start..].trim());
+    Some(out)
 }
 
 fn shorten(text: &str, max: usize) -> String {
@@ -1278,13 +1333,53 @@ mod tests {
             message.starts_with("the model's blocks are still live; yours: [0, 0, "),
             "{message}"
         );
-        assert!(message.ends_with("…; expected: []"), "{message}");
+        assert!(
+            message.ends_with(
+                "…; expected: []; first difference at element 0: yours 0, expected nothing (the \
+                 list ends); lengths: yours 200, expected 0"
+            ),
+            "{message}"
+        );
         let out = "thread 't' panicked at tests/a.rs:3:5:\nassertion `left != right` failed: \
                    a copy\n  left: 1\n right: 1\n";
         assert_eq!(
             failure_message("t", out, "").as_deref(),
             Some("a copy; yours: 1; it must differ from: 1")
         );
+    }
+
+    #[test]
+    fn two_long_lists_cut_alike_are_told_apart_by_their_first_difference() {
+        let list = |last: &str| {
+            let mut items = vec!["\"linear\"".to_string(); 60];
+            items.push(last.to_string());
+            format!("[{}]", items.join(", "))
+        };
+        let out = format!(
+            "thread 't' panicked at tests/a.rs:3:5:\nassertion `left == right` failed: the \
+             graph's nodes\n  left: {}\n right: {}\n",
+            list("\"gelu\""),
+            list("\"relu\"")
+        );
+        let message = failure_message("t", &out, "").expect("a message");
+        assert!(
+            message.ends_with(
+                "first difference at element 60: yours \"gelu\", expected \"relu\"; lengths: \
+                 yours 61, expected 61"
+            ),
+            "{message}"
+        );
+        assert_eq!(
+            first_difference("[1, 2]", "[1, 2, 3]").as_deref(),
+            Some(
+                "first difference at element 2: yours nothing (the list ends), expected 3; lengths: yours 2, expected 3"
+            )
+        );
+        assert_eq!(
+            elements("[(1, \"a, b\"), [2, 3]]"),
+            Some(vec!["(1, \"a, b\")", "[2, 3]"])
+        );
+        assert_eq!(first_difference("1", "2"), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! trace). Block sizes in the trace are the sizes asked for; the layout of a segment (its free
 //! gaps) takes each block as its size rounded up to 512 bytes, as the allocator rounds.
 
+use super::model::{Layout, Live, Model, NO_STACK, Saved, SegmentState};
 use anyhow::{Context, Result, bail};
 use gpumem::history::{BlockInfo, BlockState, Frame, SegmentInfo};
 use gpumem::snapshot_pickle;
@@ -134,33 +135,16 @@ pub fn range_text(range: &Range) -> String {
     }
 }
 
-/// A block live in the history: its address, size, when it was allocated and where.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Live {
-    size: u64,
-    stack: u32,
-    index: u64,
-    time_us: u64,
-}
-
-/// A change to the live blocks or the segments, kept after the peak so that it can be undone.
-#[derive(Debug, Clone)]
-enum Change {
-    Allocated(u64),
-    Freed(u64, Live),
-    SegmentAdded(u64),
-    SegmentRemoved(u64, u64),
-}
-
 /// A peak: how many bytes, and at which entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Peak {
     /// Bytes.
     pub bytes: u64,
-    /// The entry after which the total was this (its index in the device's trace).
-    pub event: u64,
-    /// That entry's `time_us`.
-    pub time_us: u64,
+    /// The entry after which the total was this (its index in the device's trace; `None`: the
+    /// state before the first entry, what was there when recording began).
+    pub event: Option<u64>,
+    /// That entry's `time_us` (`None`: before the first entry, or a file without times).
+    pub time_us: Option<u64>,
 }
 
 /// One live block, as printed.
@@ -170,10 +154,10 @@ pub struct BlockRow {
     pub address: u64,
     /// Bytes asked for.
     pub size: u64,
-    /// The alloc entry's index.
-    pub allocated_at: u64,
-    /// The alloc entry's `time_us`.
-    pub time_us: u64,
+    /// The alloc entry's index (`None`: allocated before recording began).
+    pub allocated_at: Option<u64>,
+    /// The alloc entry's `time_us` (`None`: before recording began, or a file without times).
+    pub time_us: Option<u64>,
     /// Its frames, innermost first, as torch prints them (`file:line:function`).
     pub frames: Vec<String>,
 }
@@ -193,7 +177,8 @@ pub struct SiteRow {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ClassRow {
     /// The class: `2 MiB` (the small pool's segments), `20 MiB` (large requests up to 10 MiB),
-    /// or `other` (a segment sized to one larger request).
+    /// `other` (a segment sized to one larger request), or `expandable` (the mapped ranges of
+    /// expandable segments).
     pub class: String,
     /// Segments of the class.
     pub segments: u64,
@@ -206,7 +191,7 @@ pub struct ClassRow {
 /// Fragmentation at a point: how much of what is reserved is free, and in what pieces.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Fragmentation {
-    /// Reserved minus allocated.
+    /// Reserved minus allocated (allocated: the bytes asked for, as torch counts them).
     pub reserved_minus_allocated: u64,
     /// The largest free gap in one segment (the largest request the cache could serve without a
     /// new segment).
@@ -224,8 +209,8 @@ pub struct Fragmentation {
 pub struct OomRow {
     /// Its index.
     pub event: u64,
-    /// Its `time_us`.
-    pub time_us: u64,
+    /// Its `time_us` (`None`: a file without times).
+    pub time_us: Option<u64>,
     /// The bytes that could not be had (the entry's `size`).
     pub requested: u64,
     /// What the device reported free (`device_free`).
@@ -234,8 +219,13 @@ pub struct OomRow {
     pub allocated: u64,
     /// Reserved bytes then.
     pub reserved: u64,
-    /// The largest free gap in the cached segments then.
+    /// The largest free gap in the cached segments then (inside mapped pages).
     pub largest_free_block: u64,
+    /// Bytes free in the cached segments then: reserved minus what the blocks hold, never more
+    /// than reserved minus allocated.
+    pub free_in_segments: u64,
+    /// Whether the segments were expandable (the request needed more pages mapped).
+    pub expandable: bool,
     /// Why the request failed, in words.
     pub why: String,
     /// Its frames.
@@ -259,8 +249,11 @@ pub struct DeviceReport {
     pub segment_allocs: u64,
     /// segment_free and segment_unmap entries in the range.
     pub segment_frees: u64,
-    /// The first and last `time_us` in the range.
-    pub time_us: (u64, u64),
+    /// The first and last `time_us` in the range (`None`: no entry in it records a time, as in
+    /// files from torch 2.1 and older).
+    pub time_us: Option<(u64, u64)>,
+    /// Whether a history was recorded (a state-only snapshot has segments and no entries).
+    pub history: bool,
     /// Peak allocated bytes in the range.
     pub peak_allocated: Peak,
     /// Peak reserved bytes in the range.
@@ -279,8 +272,18 @@ pub struct DeviceReport {
     pub site_count: u64,
     /// Fragmentation at the peak.
     pub fragmentation: Fragmentation,
-    /// The out-of-memory entries in the range.
+    /// The out-of-memory entries in the range (the first [`MAX_OOMS`]).
     pub ooms: Vec<OomRow>,
+    /// How many out-of-memory entries the range holds.
+    pub oom_count: u64,
+    /// The segments at the end of the range (for a state-only snapshot, its state).
+    pub segments_at_end: u64,
+    /// Reserved bytes at the end of the range.
+    pub reserved_at_end: u64,
+    /// Allocated bytes at the end of the range.
+    pub allocated_at_end: u64,
+    /// Fragmentation at the end of the range.
+    pub fragmentation_at_end: Fragmentation,
     /// Blocks allocated in the range and still alive at its end, largest first.
     pub leak_candidates: Vec<BlockRow>,
     /// Their bytes in all.
@@ -313,196 +316,154 @@ pub struct Limits {
     pub frames: usize,
 }
 
+/// Out-of-memory entries described in full (the rest are counted).
+pub const MAX_OOMS: usize = 16;
+
+/// Where the peak's state is kept.
+#[derive(Debug, Clone, Copy)]
+enum PeakAt {
+    /// The state before the range's first entry, with the index of the entry before it.
+    Start(Option<u64>),
+    /// After entry N (the model keeps the changes since).
+    Event(u64),
+}
+
 /// One device's history as it is read.
 struct Reader {
     device: usize,
     range: Range,
-    index: u64,
-    allocated: i128,
-    reserved: i128,
-    live: HashMap<u64, Live>,
-    segments: BTreeMap<u64, u64>,
-    journal: Vec<Change>,
+    model: Model,
     in_range: u64,
     allocs: u64,
     frees: u64,
     segment_allocs: u64,
     segment_frees: u64,
-    first_time: Option<u64>,
-    last_time: u64,
-    peak: Option<(i128, Peak, i128, u64)>,
-    peak_reserved: Option<(i128, Peak)>,
-    ooms: Vec<(OomRow, u32)>,
-    /// Blocks alive when the range ended (taken at its end; `None`: still in it).
-    at_end: Option<Vec<(u64, Live)>>,
-    /// The segments when the range ended.
-    segments_at_end: Option<BTreeMap<u64, u64>>,
+    times: Option<(u64, u64)>,
+    /// The first and last `time_us` in the whole trace.
+    all_times: Option<(u64, u64)>,
+    /// The running totals (allocated, reserved) before the range's first entry.
+    start_totals: (i128, i128),
+    /// The running allocated total at the peak, and where it was.
+    peak: Option<(i128, PeakAt, Option<u64>)>,
+    /// The running reserved total at its peak, the entry, its time.
+    peak_reserved: Option<(i128, Option<u64>, Option<u64>)>,
+    ooms: Vec<(OomRow, u32, Saved)>,
+    oom_count: u64,
+    /// The state when the range ended (`None`: still in it).
+    at_end: Option<Saved>,
 }
-
-/// Out-of-memory entries described in full (the rest are counted).
-const MAX_OOMS: usize = 100;
 
 impl Reader {
     fn new(device: usize, range: Range) -> Reader {
         Reader {
             device,
             range,
-            index: 0,
-            allocated: 0,
-            reserved: 0,
-            live: HashMap::new(),
-            segments: BTreeMap::new(),
-            journal: Vec::new(),
+            model: Model::new(),
             in_range: 0,
             allocs: 0,
             frees: 0,
             segment_allocs: 0,
             segment_frees: 0,
-            first_time: None,
-            last_time: 0,
+            times: None,
+            all_times: None,
+            start_totals: (0, 0),
             peak: None,
             peak_reserved: None,
             ooms: Vec::new(),
+            oom_count: 0,
             at_end: None,
-            segments_at_end: None,
-        }
-    }
-
-    fn record(&mut self, change: Change) {
-        if self.peak.is_some() {
-            self.journal.push(change);
         }
     }
 
     /// Reads one entry; returns whether it was in the range.
     fn push(&mut self, e: &TraceEntry, stack: u32) -> bool {
-        let index = self.index;
-        self.index += 1;
+        let index = self.model.applied();
         let place = self.range.place(index, e.time_us);
         if place == std::cmp::Ordering::Greater && self.at_end.is_none() {
-            self.close();
+            self.at_end = Some(self.model.save());
         }
-        let size = i128::from(e.size);
-        match e.action {
-            TraceAction::Alloc => {
-                self.allocated += size;
-                let live = Live {
-                    size: e.size,
-                    stack,
-                    index,
-                    time_us: e.time_us,
-                };
-                if let Some(old) = self.live.insert(e.addr, live) {
-                    self.record(Change::Freed(e.addr, old));
-                }
-                self.record(Change::Allocated(e.addr));
+        if place == std::cmp::Ordering::Equal && self.peak.is_none() {
+            // The state before the range's first entry is a candidate too.
+            let before = index.checked_sub(1);
+            if before.is_some() {
+                self.model.mark();
             }
-            TraceAction::FreeCompleted => {
-                self.allocated -= size;
-                if let Some(old) = self.live.remove(&e.addr) {
-                    self.record(Change::Freed(e.addr, old));
-                }
-            }
-            TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
-                self.reserved += size;
-                self.segments.insert(e.addr, e.size);
-                self.record(Change::SegmentAdded(e.addr));
-            }
-            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                self.reserved -= size;
-                if let Some(old) = self.segments.remove(&e.addr) {
-                    self.record(Change::SegmentRemoved(e.addr, old));
-                }
-            }
-            TraceAction::FreeRequested
-            | TraceAction::Snapshot
-            | TraceAction::Oom
-            | TraceAction::Annotation => {}
+            self.peak = Some((self.model.running_allocated(), PeakAt::Start(before), None));
+            self.peak_reserved = Some((self.model.running_reserved(), before, None));
+            self.start_totals = (
+                self.model.running_allocated(),
+                self.model.running_reserved(),
+            );
         }
+        if e.time_us != 0 {
+            let (first, _) = self.all_times.get_or_insert((e.time_us, e.time_us));
+            self.all_times = Some((*first, e.time_us));
+        }
+        self.model.apply(e, stack);
         if place != std::cmp::Ordering::Equal {
             return false;
         }
         self.in_range += 1;
-        self.first_time.get_or_insert(e.time_us);
-        self.last_time = e.time_us;
+        let time = (e.time_us != 0).then_some(e.time_us);
+        if let Some(t) = time {
+            let (first, _) = self.times.get_or_insert((t, t));
+            self.times = Some((*first, t));
+        }
         match e.action {
             TraceAction::Alloc => self.allocs += 1,
             TraceAction::FreeCompleted => self.frees += 1,
             TraceAction::SegmentAlloc | TraceAction::SegmentMap => self.segment_allocs += 1,
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => self.segment_frees += 1,
-            TraceAction::Oom if self.ooms.len() < MAX_OOMS => {
-                let largest = largest_gap(&self.segments, &self.live);
-                self.ooms.push((
-                    OomRow {
+            TraceAction::Oom => {
+                self.oom_count += 1;
+                if self.ooms.len() < MAX_OOMS {
+                    let row = OomRow {
                         event: index,
-                        time_us: e.time_us,
+                        time_us: time,
                         requested: e.size,
                         device_free: e.addr,
                         allocated: 0,
                         reserved: 0,
-                        largest_free_block: largest,
+                        largest_free_block: 0,
+                        free_in_segments: 0,
+                        expandable: false,
                         why: String::new(),
                         frames: Vec::new(),
-                    },
-                    stack,
-                ));
-                // The totals are offset at the end; keep the running ones here.
-                let row = &mut self.ooms.last_mut().expect("just pushed").0;
-                row.allocated = self.allocated.max(0) as u64;
-                row.reserved = self.reserved.max(0) as u64;
+                    };
+                    self.ooms.push((row, stack, self.model.save()));
+                }
             }
             _ => {}
         }
-        let point = Peak {
-            bytes: 0,
-            event: index,
-            time_us: e.time_us,
-        };
-        if self.peak.is_none_or(|(best, ..)| self.allocated > best) {
-            self.peak = Some((
-                self.allocated,
-                point,
-                self.reserved,
-                self.segments.len() as u64,
-            ));
-            self.journal.clear();
+        let allocated = self.model.running_allocated();
+        if self.peak.is_none_or(|(best, ..)| allocated > best) {
+            self.model.mark();
+            self.peak = Some((allocated, PeakAt::Event(index), time));
         }
-        if self
-            .peak_reserved
-            .is_none_or(|(best, _)| self.reserved > best)
-        {
-            self.peak_reserved = Some((self.reserved, point));
+        let reserved = self.model.running_reserved();
+        if self.peak_reserved.is_none_or(|(best, ..)| reserved > best) {
+            self.peak_reserved = Some((reserved, Some(index), time));
         }
         true
     }
 
-    /// The range has ended: keeps the blocks alive now and the segments.
-    fn close(&mut self) {
-        self.at_end = Some(self.live.iter().map(|(a, l)| (*a, *l)).collect());
-        self.segments_at_end = Some(self.segments.clone());
-    }
-
-    /// The report, with the offsets that make the totals end at the snapshot's segments.
+    /// The report, once every entry is read: the final segments complete the model.
     fn finish(
         mut self,
-        final_segments: &[SegmentInfo],
+        final_segments: &[&SegmentInfo],
         stacks: &Stacks,
         limits: Limits,
     ) -> DeviceReport {
-        let final_allocated: u64 = final_segments
-            .iter()
-            .flat_map(|s| &s.blocks)
-            .filter(|b| b.state != BlockState::Inactive)
-            .map(|b| b.requested_size)
-            .sum();
-        let final_reserved: u64 = final_segments.iter().map(|s| s.total_size).sum();
-        let off_allocated = (i128::from(final_allocated) - self.allocated).max(0);
-        let off_reserved = (i128::from(final_reserved) - self.reserved).max(0);
-        let total = |running: i128, offset: i128| (running + offset).max(0) as u64;
-        if self.at_end.is_none() {
-            self.close();
-        }
+        let history = self.model.applied() > 0;
+        self.model.close(final_segments);
+        let at_end = self.at_end.take().unwrap_or_else(|| self.model.save());
+        let allocated_before = i128::from(self.model.allocated_before());
+        let reserved_before = i128::from(self.model.reserved_before());
+        let total = |running: i128, before: i128| (running + before).max(0) as u64;
         let frames = |stack: u32| -> Vec<String> {
+            if stack == NO_STACK {
+                return Vec::new();
+            }
             stacks
                 .frames(stack)
                 .filter(|f| shown(f))
@@ -514,34 +475,61 @@ impl Reader {
             address,
             size: l.size,
             allocated_at: l.index,
-            time_us: l.time_us,
+            time_us: (l.time_us != 0).then_some(l.time_us),
             frames: frames(l.stack),
         };
-        let (peak_running, mut peak, reserved_running, segments_at_peak) =
-            self.peak.unwrap_or_default();
-        peak.bytes = total(peak_running, off_allocated);
-        // The state at the peak: the changes since undone, newest first.
-        let mut live = std::mem::take(&mut self.live);
-        let mut segments = std::mem::take(&mut self.segments);
-        for change in self.journal.drain(..).rev() {
-            match change {
-                Change::Allocated(a) => {
-                    live.remove(&a);
-                }
-                Change::Freed(a, l) => {
-                    live.insert(a, l);
-                }
-                Change::SegmentAdded(a) => {
-                    segments.remove(&a);
-                }
-                Change::SegmentRemoved(a, s) => {
-                    segments.insert(a, s);
-                }
-            }
-        }
-        let mut blocks: Vec<(u64, Live)> = live.iter().map(|(a, l)| (*a, *l)).collect();
+        let (peak_running, peak_at, peak_time) =
+            self.peak.unwrap_or((0, PeakAt::Start(None), None));
+        let peak = Peak {
+            bytes: total(peak_running, allocated_before),
+            event: match peak_at {
+                PeakAt::Start(before) => before,
+                PeakAt::Event(i) => Some(i),
+            },
+            time_us: peak_time,
+        };
+        let (reserved_running, reserved_event, reserved_time) =
+            self.peak_reserved.unwrap_or((0, None, None));
+        let peak_reserved = Peak {
+            bytes: total(reserved_running, reserved_before),
+            event: reserved_event,
+            time_us: reserved_time,
+        };
+        let ooms: Vec<OomRow> = std::mem::take(&mut self.ooms)
+            .into_iter()
+            .map(|(mut o, stack, saved)| {
+                let layout = self.model.layout(&saved);
+                o.allocated = layout.allocated();
+                o.reserved = layout.reserved();
+                o.largest_free_block = layout.largest_free_block();
+                o.free_in_segments = layout.segments.iter().flat_map(|s| &s.free).sum();
+                o.expandable = layout.segments.iter().any(|s| s.expandable);
+                o.frames = frames(stack);
+                o.why = why(&o);
+                o
+            })
+            .collect();
+        let end_layout = self.model.layout(&at_end);
+        let mut leaks: Vec<(u64, Live)> = at_end
+            .live()
+            .filter(|(_, l)| {
+                l.index
+                    .is_some_and(|i| self.range.place(i, l.time_us) == std::cmp::Ordering::Equal)
+            })
+            .collect();
+        leaks.sort_by_key(|(a, l)| (std::cmp::Reverse(l.size), *a));
+        let peak_state = match peak_at {
+            PeakAt::Start(None) => self.model.before_first(),
+            PeakAt::Start(Some(i)) | PeakAt::Event(i) => self.model.rewound(Some(i)),
+        };
+        let layout = self.model.layout(&peak_state);
+        let mut blocks: Vec<(u64, Live)> = self.model.blocks_at(&peak_state).collect();
         blocks.sort_by_key(|(a, l)| (std::cmp::Reverse(l.size), *a));
-        let recorded_at_peak: u64 = blocks.iter().map(|(_, l)| l.size).sum();
+        let unrecorded_at_peak: u64 = blocks
+            .iter()
+            .filter(|(_, l)| l.stack == NO_STACK)
+            .map(|(_, l)| l.size)
+            .sum();
         let mut sites: HashMap<u32, (u64, u64)> = HashMap::new();
         for (_, l) in &blocks {
             let s = sites.entry(l.stack).or_default();
@@ -550,49 +538,33 @@ impl Reader {
         }
         let mut sites: Vec<(u32, (u64, u64))> = sites.into_iter().collect();
         sites.sort_by_key(|(stack, (bytes, _))| (std::cmp::Reverse(*bytes), *stack));
-        let site_count = sites.len() as u64;
-        let reserved_at_peak = total(reserved_running, off_reserved);
-        let mut fragmentation = layout(&segments, &live);
+        let reserved_at_peak = layout.reserved();
+        let mut fragmentation = fragmentation_of(&layout);
         fragmentation.reserved_minus_allocated = reserved_at_peak.saturating_sub(peak.bytes);
-        let (reserved_peak_running, mut peak_reserved) = self.peak_reserved.unwrap_or_default();
-        peak_reserved.bytes = total(reserved_peak_running, off_reserved);
-        let ooms = self
-            .ooms
-            .into_iter()
-            .map(|(mut o, stack)| {
-                o.allocated = total(o.allocated as i128, off_allocated);
-                o.reserved = total(o.reserved as i128, off_reserved);
-                o.frames = frames(stack);
-                o.why = why(&o);
-                o
-            })
-            .collect();
-        let mut leaks: Vec<(u64, Live)> = self
-            .at_end
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(_, l)| self.range.place(l.index, l.time_us) == std::cmp::Ordering::Equal)
-            .collect();
-        leaks.sort_by_key(|(a, l)| (std::cmp::Reverse(l.size), *a));
+        let mut fragmentation_at_end = fragmentation_of(&end_layout);
+        fragmentation_at_end.reserved_minus_allocated =
+            end_layout.reserved().saturating_sub(end_layout.allocated());
         DeviceReport {
             device: self.device,
-            events: self.index,
+            events: self.model.applied(),
             events_in_range: self.in_range,
             allocs: self.allocs,
             frees: self.frees,
             segment_allocs: self.segment_allocs,
             segment_frees: self.segment_frees,
-            time_us: (self.first_time.unwrap_or(0), self.last_time),
+            time_us: self.times,
+            history,
             peak_allocated: peak,
             peak_reserved,
             reserved_at_peak,
-            segments_at_peak: segments_at_peak.max(segments.len() as u64),
-            unrecorded_at_peak: peak.bytes.saturating_sub(recorded_at_peak),
+            segments_at_peak: layout.segments.len() as u64,
+            unrecorded_at_peak,
             largest_blocks: blocks
                 .iter()
                 .take(limits.top)
                 .map(|(a, l)| row(*a, l))
                 .collect(),
+            site_count: sites.len() as u64,
             sites: sites
                 .iter()
                 .take(limits.top)
@@ -602,9 +574,13 @@ impl Reader {
                     blocks: *count,
                 })
                 .collect(),
-            site_count,
             fragmentation,
             ooms,
+            oom_count: self.oom_count,
+            segments_at_end: end_layout.segments.len() as u64,
+            reserved_at_end: end_layout.reserved(),
+            allocated_at_end: end_layout.allocated(),
+            fragmentation_at_end,
             leak_bytes: leaks.iter().map(|(_, l)| l.size).sum(),
             leak_count: leaks.len() as u64,
             leak_candidates: leaks
@@ -616,71 +592,23 @@ impl Reader {
     }
 }
 
-/// A block's size as the allocator rounds it (to 512 bytes).
-fn rounded(size: u64) -> u64 {
-    size.div_ceil(512) * 512
-}
-
-/// The free gaps of each segment, given the live blocks: (segment address, segment size, gaps).
-fn gaps(segments: &BTreeMap<u64, u64>, live: &HashMap<u64, Live>) -> Vec<(u64, u64, Vec<u64>)> {
-    let mut by_segment: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
-    for (&addr, l) in live {
-        if let Some((&start, &size)) = segments.range(..=addr).next_back()
-            && addr < start + size
-        {
-            by_segment
-                .entry(start)
-                .or_default()
-                .push((addr, rounded(l.size)));
-        }
-    }
-    segments
-        .iter()
-        .map(|(&start, &size)| {
-            let mut blocks = by_segment.remove(&start).unwrap_or_default();
-            blocks.sort_unstable();
-            let mut cursor = start;
-            let mut free = Vec::new();
-            for (addr, len) in blocks {
-                if addr > cursor {
-                    free.push(addr - cursor);
-                }
-                cursor = cursor.max(addr + len);
-            }
-            if cursor < start + size {
-                free.push(start + size - cursor);
-            }
-            (start, size, free)
-        })
-        .collect()
-}
-
-/// The largest free gap in any segment.
-fn largest_gap(segments: &BTreeMap<u64, u64>, live: &HashMap<u64, Live>) -> u64 {
-    gaps(segments, live)
-        .iter()
-        .flat_map(|(_, _, g)| g.iter().copied())
-        .max()
-        .unwrap_or(0)
-}
-
 /// The size class of a segment.
-fn class_of(size: u64) -> &'static str {
+fn class_of(s: &SegmentState) -> &'static str {
     const MIB: u64 = 1 << 20;
-    match size {
+    match s.size {
+        _ if s.expandable => "expandable",
         s if s == 2 * MIB => "2 MiB",
         s if s == 20 * MIB => "20 MiB",
         _ => "other",
     }
 }
 
-/// Free bytes by segment class, the largest gap and the viewer's measure.
-fn layout(segments: &BTreeMap<u64, u64>, live: &HashMap<u64, Live>) -> Fragmentation {
+/// Free bytes by segment class, the largest gap and the viewer's measure, at one point.
+pub fn fragmentation_of(layout: &Layout) -> Fragmentation {
     let mut classes: BTreeMap<&str, ClassRow> = BTreeMap::new();
-    let mut largest = 0;
     let (mut total, mut squares) = (0f64, 0f64);
-    for (_, size, free) in gaps(segments, live) {
-        let class = class_of(size);
+    for s in &layout.segments {
+        let class = class_of(s);
         let row = classes.entry(class).or_insert_with(|| ClassRow {
             class: class.to_string(),
             segments: 0,
@@ -688,18 +616,21 @@ fn layout(segments: &BTreeMap<u64, u64>, live: &HashMap<u64, Live>) -> Fragmenta
             free: 0,
         });
         row.segments += 1;
-        row.reserved += size;
-        row.free += free.iter().sum::<u64>();
-        largest = largest.max(free.iter().copied().max().unwrap_or(0));
-        total += size as f64;
-        squares += free.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>();
+        row.reserved += s.size;
+        row.free += s.free.iter().sum::<u64>();
+        total += s.size as f64;
+        squares += s.free.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>();
     }
-    let order = |c: &str| ["2 MiB", "20 MiB", "other"].iter().position(|x| *x == c);
+    let order = |c: &str| {
+        ["2 MiB", "20 MiB", "other", "expandable"]
+            .iter()
+            .position(|x| *x == c)
+    };
     let mut by_class: Vec<ClassRow> = classes.into_values().collect();
     by_class.sort_by_key(|r| order(&r.class));
     Fragmentation {
-        reserved_minus_allocated: 0,
-        largest_free_block: largest,
+        reserved_minus_allocated: layout.reserved().saturating_sub(layout.allocated()),
+        largest_free_block: layout.largest_free_block(),
         by_class,
         viewer_fragmentation: if total == 0.0 {
             0.0
@@ -709,37 +640,55 @@ fn layout(segments: &BTreeMap<u64, u64>, live: &HashMap<u64, Live>) -> Fragmenta
     }
 }
 
-/// Why an allocation failed, from what was free when it did.
+/// Why an allocation failed, from what was free when it did, in numbers that add up: what the
+/// blocks hold plus what is free is what is reserved.
 fn why(o: &OomRow) -> String {
     let size = gpumem::format_bytes;
-    let cached = o.reserved.saturating_sub(o.allocated);
-    if o.largest_free_block >= o.requested {
-        format!(
-            "{} was asked for; a free gap of {} was cached, but in a segment of another pool or \
-             stream, and the device had {} free",
-            size(o.requested),
-            size(o.largest_free_block),
-            size(o.device_free)
-        )
-    } else if cached >= o.requested {
-        format!(
-            "{} was asked for; {} was cached free, enough in all, but in pieces: the largest was {} \
-             (fragmentation), and the device had {} free, too little for a new segment",
-            size(o.requested),
-            size(cached),
-            size(o.largest_free_block),
-            size(o.device_free)
-        )
+    let held = o.reserved.saturating_sub(o.free_in_segments);
+    let rounding = held.saturating_sub(o.allocated);
+    let state = format!(
+        "{} reserved{} = {} held by live blocks ({} asked for, {} rounding) + {} free in the \
+         segments (largest piece {}); the device had {} more free",
+        size(o.reserved),
+        if o.expandable {
+            " (mapped pages of expandable segments)"
+        } else {
+            ""
+        },
+        size(held),
+        size(o.allocated),
+        size(rounding),
+        size(o.free_in_segments),
+        size(o.largest_free_block),
+        size(o.device_free)
+    );
+    let cause = if o.largest_free_block >= o.requested {
+        "A free piece large enough was cached, but in a segment of another stream or pool (the \
+         small pool serves requests of 1 MiB and less): free it there with \
+         torch.cuda.empty_cache(), or allocate on one stream"
+            .to_string()
+    } else if o.free_in_segments.saturating_add(o.device_free) >= o.requested {
+        if o.expandable {
+            "Enough was free in all, but not in one piece: the free pages are between live \
+             blocks"
+                .to_string()
+        } else {
+            "Enough was free in all, but not in one piece (fragmentation): \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets a segment grow into the \
+             device's free memory instead"
+                .to_string()
+        }
     } else {
         format!(
-            "{} was asked for; only {} was cached free (largest piece {}) and the device had {} \
-             free: the memory was in use",
-            size(o.requested),
-            size(cached),
-            size(o.largest_free_block),
-            size(o.device_free)
+            "The memory was in use: {} more would have had to be freed (fewer or smaller live \
+             tensors: a smaller batch, activation checkpointing)",
+            size(
+                o.requested
+                    .saturating_sub(o.free_in_segments.saturating_add(o.device_free))
+            )
         )
-    }
+    };
+    format!("{} was asked for; {state}. {cause}", size(o.requested))
 }
 
 /// Whether torch's viewer shows a frame (`_frame_filter` in torch/cuda/_memory_viz.py, torch
@@ -798,10 +747,15 @@ pub fn read_entries(
         let (contents, stacks) =
             snapshot_pickle::read_snapshot_file_stacks(path, |d, e, s| on_entry(d, &e, s))
                 .with_context(|| format!("reading the snapshot {}", path.display()))?;
+        let kind = if contents.devices == 0 && contents.entries.is_empty() {
+            "a list of segments (what torch.cuda.memory.memory_snapshot() returns: no history)"
+        } else {
+            "a snapshot pickle (torch.cuda.memory._dump_snapshot's schema)"
+        };
         return Ok(FileContents {
             segments: contents.segments,
             stacks,
-            kind: "a snapshot pickle (torch.cuda.memory._dump_snapshot's schema)".into(),
+            kind: kind.into(),
             alloc_conf: contents.alloc_conf.unwrap_or_default(),
         });
     }
@@ -864,27 +818,43 @@ pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
         }
         readers[device].push(e, stack);
     })?;
+    // A device with segments and no entries (a state-only snapshot) is reported from its state.
+    for (device, _) in &contents.segments {
+        while readers.len() <= *device {
+            let n = readers.len();
+            readers.push(Reader::new(n, range));
+        }
+    }
+    let with_state: Vec<bool> = (0..readers.len())
+        .map(|d| contents.segments.iter().any(|(s, _)| *s == d))
+        .collect();
+    let readers: Vec<Reader> = readers
+        .into_iter()
+        .filter(|r| r.model.applied() > 0 || with_state[r.device])
+        .collect();
+    if readers.is_empty() {
+        bail!(
+            "{}: the snapshot has neither trace entries nor segments (was \
+             torch.cuda.memory._record_memory_history() called before the work?)",
+            path.display()
+        );
+    }
+    if !range.is_whole() && readers.iter().all(|r| r.in_range == 0) {
+        bail!("{}", empty_range(path, &range, &readers));
+    }
     let devices: Vec<DeviceReport> = readers
         .into_iter()
-        .filter(|r| r.index > 0)
         .map(|r| {
             let device = r.device;
-            let own: Vec<SegmentInfo> = contents
+            let own: Vec<&SegmentInfo> = contents
                 .segments
                 .iter()
                 .filter(|(d, _)| *d == device)
-                .map(|(_, s)| s.clone())
+                .map(|(_, s)| s)
                 .collect();
             r.finish(&own, &contents.stacks, limits)
         })
         .collect();
-    if devices.is_empty() {
-        bail!(
-            "{}: the snapshot has no trace entries (was torch.cuda.memory._record_memory_history() \
-             called before the work?)",
-            path.display()
-        );
-    }
     Ok(Report {
         file: path.display().to_string(),
         kind: contents.kind,
@@ -894,9 +864,30 @@ pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
     })
 }
 
-/// The entries of the first device with entries in `range`, with running totals, and its state
-/// at the range's end, as a gpumem snapshot (what `workbook viz --range` draws): only the
-/// entries in the range are held.
+/// Why `--range` selects nothing, naming what the file holds.
+fn empty_range(path: &Path, range: &Range, readers: &[Reader]) -> String {
+    let extent: Vec<String> = readers
+        .iter()
+        .map(|r| {
+            let events = r.model.applied();
+            let times = match r.all_times {
+                Some((first, last)) => format!(", time_us {first}..={last}"),
+                None => ", no timestamps in this file (torch 2.1 and older record none)".into(),
+            };
+            format!("device {} holds events 0..{events}{times}", r.device)
+        })
+        .collect();
+    format!(
+        "{}: --range {} holds no event: {}",
+        path.display(),
+        range_text(range),
+        extent.join("; ")
+    )
+}
+
+/// The entries of one device in `range`, with running totals, and its state at the range's end,
+/// as a gpumem snapshot (what `workbook viz --range` draws): only the entries in the range are
+/// held. `device`: the device to draw (default: the first with entries).
 pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
     let mut device = None;
     let mut reader = Reader::new(0, range);
@@ -908,14 +899,15 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
         if reader.push(e, stack) {
             let mut e = e.clone();
             e.frames.clear();
-            e.allocated = reader.allocated.max(0) as u64;
-            e.reserved = reader.reserved.max(0) as u64;
             kept.push(e);
         }
     })?;
     let device = device.unwrap_or(0);
-    if reader.at_end.is_none() {
-        reader.close();
+    if kept.is_empty() {
+        bail!(
+            "{}",
+            empty_range(path, &range, std::slice::from_ref(&reader))
+        );
     }
     let final_segments: Vec<&SegmentInfo> = contents
         .segments
@@ -923,70 +915,28 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
         .filter(|(d, _)| *d == device)
         .map(|(_, s)| s)
         .collect();
-    let final_allocated: u64 = final_segments
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| b.state != BlockState::Inactive)
-        .map(|b| b.requested_size)
-        .sum();
-    let final_reserved: u64 = final_segments.iter().map(|s| s.total_size).sum();
-    let off_allocated = (i128::from(final_allocated) - reader.allocated).max(0);
-    let off_reserved = (i128::from(final_reserved) - reader.reserved).max(0);
+    let at_end = reader.at_end.take().unwrap_or_else(|| reader.model.save());
+    reader.model.close(&final_segments);
+    // Running totals from the state before the first entry (what was there when recording began).
+    let mut allocated = i128::from(reader.model.allocated_before());
+    let mut reserved = i128::from(reader.model.reserved_before());
+    allocated += reader.start_totals.0;
+    reserved += reader.start_totals.1;
     for e in &mut kept {
-        e.allocated = (i128::from(e.allocated) + off_allocated) as u64;
-        e.reserved = (i128::from(e.reserved) + off_reserved) as u64;
+        let size = i128::from(e.size);
+        match e.action {
+            TraceAction::Alloc => allocated += size,
+            TraceAction::FreeCompleted => allocated -= size,
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => reserved += size,
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => reserved -= size,
+            _ => {}
+        }
+        e.allocated = allocated.max(0) as u64;
+        e.reserved = reserved.max(0) as u64;
     }
     // The segments at the range's end, with the live blocks in them and the gaps free.
-    let live: HashMap<u64, Live> = reader.at_end.unwrap_or_default().into_iter().collect();
-    let segments_now = reader.segments_at_end.unwrap_or_default();
-    let mut drawn = Vec::new();
-    for (start, size) in &segments_now {
-        let mut blocks: Vec<(u64, u64)> = live
-            .iter()
-            .filter(|(a, _)| **a >= *start && **a < start + size)
-            .map(|(a, l)| (*a, l.size))
-            .collect();
-        blocks.sort_unstable();
-        let mut infos = Vec::new();
-        let mut cursor = *start;
-        for (addr, len) in blocks {
-            if addr > cursor {
-                infos.push(BlockInfo {
-                    address: cursor,
-                    size: addr - cursor,
-                    requested_size: 0,
-                    state: BlockState::Inactive,
-                });
-            }
-            infos.push(BlockInfo {
-                address: addr,
-                size: rounded(len),
-                requested_size: len,
-                state: BlockState::ActiveAllocated,
-            });
-            cursor = addr + rounded(len);
-        }
-        if cursor < start + size {
-            infos.push(BlockInfo {
-                address: cursor,
-                size: start + size - cursor,
-                requested_size: 0,
-                state: BlockState::Inactive,
-            });
-        }
-        let pool = if *size == 2 << 20 {
-            gpumem::stats::Pool::Small
-        } else {
-            gpumem::stats::Pool::Large
-        };
-        drawn.push(SegmentInfo::new(
-            *start,
-            gpumem::allocator::StreamId(0),
-            pool,
-            false,
-            infos,
-        ));
-    }
+    let layout = reader.model.layout(&at_end);
+    let drawn = layout.segments.iter().map(segment_info).collect();
     Ok(Snapshot {
         device: format!("device {device} of {}", path.display()),
         segments: drawn,
@@ -996,4 +946,47 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
         host_segments: Vec::new(),
         host_traces: Vec::new(),
     })
+}
+
+/// A segment of a [`Layout`] as gpumem's snapshot type, its gaps inactive blocks.
+pub fn segment_info(s: &SegmentState) -> SegmentInfo {
+    let mut infos = Vec::new();
+    let mut cursor = s.address;
+    for (addr, l) in &s.blocks {
+        if *addr > cursor {
+            infos.push(BlockInfo {
+                address: cursor,
+                size: addr - cursor,
+                requested_size: 0,
+                state: BlockState::Inactive,
+            });
+        }
+        infos.push(BlockInfo {
+            address: *addr,
+            size: l.extent,
+            requested_size: l.size,
+            state: BlockState::ActiveAllocated,
+        });
+        cursor = cursor.max(addr + l.extent);
+    }
+    if cursor < s.address + s.size {
+        infos.push(BlockInfo {
+            address: cursor,
+            size: s.address + s.size - cursor,
+            requested_size: 0,
+            state: BlockState::Inactive,
+        });
+    }
+    let pool = if s.size == 2 << 20 && !s.expandable {
+        gpumem::stats::Pool::Small
+    } else {
+        gpumem::stats::Pool::Large
+    };
+    SegmentInfo::new(
+        s.address,
+        gpumem::allocator::StreamId(s.stream),
+        pool,
+        s.expandable,
+        infos,
+    )
 }

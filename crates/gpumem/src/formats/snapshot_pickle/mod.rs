@@ -62,6 +62,13 @@ pub enum SnapshotPickleError {
         /// Where the read that ran past the end began.
         offset: u64,
     },
+    /// A genuine snapshot with no history to replay (state-only, or recorded before any
+    /// allocation).
+    #[error("{reason}")]
+    NoHistory {
+        /// What the file holds and how to record a history.
+        reason: String,
+    },
     /// A valid pickle, but not shaped like torch's snapshot.
     #[error("not a PyTorch memory snapshot: {reason}")]
     WrongSchema {

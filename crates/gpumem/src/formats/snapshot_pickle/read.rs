@@ -642,6 +642,18 @@ fn count_of(v: &Value, key: &str) -> Result<u64, String> {
     }
 }
 
+/// A byte count below 2^63: torch keeps sizes in an `int64_t`/`size_t` that no device fills, and
+/// a larger one (from a corrupt or made-up file) would wrap every total it is added to.
+fn size_of(v: &Value, key: &str) -> Result<u64, String> {
+    let n = count_of(v, key)?;
+    if n >= 1 << 63 {
+        return Err(format!(
+            "'{key}' is {n} bytes, 2^63 or more: no device holds that much; the file is corrupt"
+        ));
+    }
+    Ok(n)
+}
+
 fn field<'v>(d: &'v Value, key: &str) -> Result<&'v Value, String> {
     d.get(key).ok_or_else(|| format!("no '{key}'"))
 }
@@ -683,7 +695,7 @@ fn trace_entry(v: &Value) -> Result<Option<(TraceEntry, u32)>, String> {
         TraceEntry {
             action,
             addr: count_of(field(v, addr_key)?, addr_key)?,
-            size: count_of(field(v, "size")?, "size")?,
+            size: size_of(field(v, "size")?, "size")?,
             stream,
             allocated: 0,
             reserved: 0,
@@ -702,6 +714,33 @@ fn snapshot_contents(
     skipped: usize,
 ) -> Result<SnapshotContents, SnapshotPickleError> {
     let schema = |reason: String| SnapshotPickleError::WrongSchema { reason };
+    // torch.cuda.memory.memory_snapshot() returns the list of segments alone (no history), and
+    // torch's _memory_viz.py reads it as such.
+    if let Value::List(raw_segments) = top {
+        let mut segments = Vec::new();
+        for (i, s) in raw_segments.iter().enumerate() {
+            if !matches!(s, Value::Dict(_)) {
+                return Err(schema(format!(
+                    "the pickle holds a list whose item {i} is {}: neither a snapshot dict nor \
+                     the list of segment dicts torch.cuda.memory.memory_snapshot() returns",
+                    s.kind()
+                )));
+            }
+            segments.push(segment(s).map_err(|r| {
+                schema(format!(
+                    "the pickle holds a list (read as the segments \
+                     torch.cuda.memory.memory_snapshot() returns): segments[{i}]: {r}"
+                ))
+            })?);
+        }
+        return Ok(SnapshotContents {
+            segments,
+            devices: 0,
+            entries,
+            skipped,
+            alloc_conf: None,
+        });
+    }
     if !matches!(top, Value::Dict(_)) {
         return Err(schema(format!(
             "the pickle holds {}, not a dict",
@@ -774,16 +813,22 @@ fn segment(s: &Value) -> Result<(usize, SegmentInfo), String> {
     let mut cursor = address;
     for (j, b) in raw_blocks.iter().enumerate() {
         let at = |r: String| format!("blocks[{j}]: {r}");
-        let size = count_of(field(b, "size").map_err(at)?, "size").map_err(at)?;
+        let size = size_of(field(b, "size").map_err(at)?, "size").map_err(at)?;
         let state = match field(b, "state").map_err(at)? {
             Value::Str(t) if &**t == "active_allocated" => BlockState::ActiveAllocated,
             Value::Str(t) if &**t == "active_pending_free" => BlockState::ActivePendingFree,
             Value::Str(t) if &**t == "inactive" => BlockState::Inactive,
             other => return Err(at(format!("'state' is {other:?}"))),
         };
-        let requested_size = match b.get("requested_size") {
-            Some(v) => count_of(v, "requested_size").map_err(at)?,
-            None => 0,
+        // torch 2.0's blocks keep the size asked for in their `history` (its first record's
+        // `real_size`), as torch's _memory_viz.py reads it; with neither, the block's size.
+        let requested_size = match (b.get("requested_size"), b.get("history")) {
+            (Some(v), _) => size_of(v, "requested_size").map_err(at)?,
+            (None, Some(Value::List(records))) if !records.is_empty() => {
+                size_of(field(&records[0], "real_size").map_err(at)?, "real_size").map_err(at)?
+            }
+            _ if state == BlockState::Inactive => 0,
+            _ => size,
         };
         let block_address = match b.get("address") {
             Some(v) => count_of(v, "address").map_err(at)?,
@@ -862,10 +907,13 @@ pub fn read_alloc_traces(path: &Path) -> Result<Vec<(usize, AllocTrace)>, Snapsh
         .filter(|(_, t)| !t.events.is_empty())
         .collect();
     if traces.is_empty() {
-        return Err(SnapshotPickleError::WrongSchema {
+        return Err(SnapshotPickleError::NoHistory {
             reason: format!(
-                "no alloc entries in device_traces ({} device list(s), {} entries): was \
-                 torch.cuda.memory._record_memory_history() called before the work?",
+                "a snapshot with no allocations recorded ({} segment(s); {} device list(s), {} \
+                 entries): nothing to replay. Record a history with \
+                 torch.cuda.memory._record_memory_history() before the work; `workbook inspect` \
+                 shows this file's state",
+                contents.segments.len(),
                 contents.devices,
                 contents.entries.iter().sum::<usize>()
             ),

@@ -1,0 +1,258 @@
+//! Answers after the prediction (issue 40): a prediction exercise's answers, at the page's sizes,
+//! appear in its chapter's page only inside a reveal (`<details class="wb-answer">`), never in the
+//! page's text before it, nor in the chapter's quiz.
+//!
+//! The answers come from the reference predictions themselves: each `solutions/<chapter>/
+//! src/predict.rs` has no dependencies, so it is compiled into this test as a module. A number
+//! counts as an answer when it is distinctive: at least 1000, not a power of two and not a whole
+//! number of MiB (the rules' own constants, 512 B or 2 MiB, are the lesson and appear
+//! everywhere). Chapters 3 and 10 predict only such numbers (and yes/no), so they have nothing
+//! distinctive to look for.
+
+use std::path::Path;
+
+#[path = "../../../solutions/ch01-availability/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch01;
+#[path = "../../../solutions/ch02-transfers/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch02;
+#[path = "../../../solutions/ch04-memory-stats/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch04;
+#[path = "../../../solutions/ch05-gradient-accumulation/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch05;
+#[path = "../../../solutions/ch06-mixed-precision/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch06;
+#[path = "../../../solutions/ch07-pinned-memory/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch07;
+#[path = "../../../solutions/ch08-autograd-memory/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch08;
+#[path = "../../../solutions/ch09-checkpointing/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch09;
+#[path = "../../../solutions/ch11-optimizer-state/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch11;
+#[path = "../../../solutions/ch12-transformer-activations/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch12;
+#[path = "../../../solutions/ch13-kv-cache/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch13;
+
+/// The page's predictions of each chapter, printed with `{:?}` (their numbers are read back).
+fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
+    let show = |v: &dyn std::fmt::Debug| format!("{v:?}");
+    let plan = |stats_kept, backend, checkpoint_core| ch12::Plan {
+        stats_kept,
+        backend,
+        checkpoint_core,
+    };
+    let shape = |s, b, h, a| ch12::Shape { s, b, h, a };
+    let plans = [
+        plan(false, ch12::Backend::Math, false),
+        plan(true, ch12::Backend::Math, false),
+        plan(true, ch12::Backend::Math, true),
+        plan(true, ch12::Backend::MemoryEfficient, false),
+    ];
+    vec![
+        (
+            "ch01-availability",
+            vec![show(&ch01::predict_first_allocations(1, 200))],
+        ),
+        ("ch02-transfers", vec![show(&ch02::predict_pipeline(1000))]),
+        (
+            "ch04-memory-stats",
+            vec![
+                show(&ch04::predict_mlp(&[(1024, 1024), (1024, 10)])),
+                show(&ch04::predict_fragmented()),
+            ],
+        ),
+        (
+            "ch05-gradient-accumulation",
+            [64, 16, 1]
+                .iter()
+                .map(|&rows| show(&ch05::predict_step_memory(rows)))
+                .collect(),
+        ),
+        (
+            "ch06-mixed-precision",
+            [ch06::DType::F32, ch06::DType::F16, ch06::DType::BF16]
+                .iter()
+                .map(|&d| show(&ch06::predict_memory(d, ch06::PREDICT_ROWS)))
+                .collect(),
+        ),
+        ("ch07-pinned-memory", vec![show(&ch07::predict_host())]),
+        (
+            "ch08-autograd-memory",
+            [
+                (48, ch08::Activation::Relu),
+                (48, ch08::Activation::Gelu),
+                (3, ch08::Activation::Relu),
+            ]
+            .iter()
+            .map(|&(rows, a)| show(&ch08::predict_forward_memory(rows, a)))
+            .collect(),
+        ),
+        (
+            "ch09-checkpointing",
+            [(16, 1), (16, 4), (10, 3)]
+                .iter()
+                .map(|&(d, s)| show(&ch09::predict_cost(d, s)))
+                .collect(),
+        ),
+        (
+            "ch11-optimizer-state",
+            ch11::Kind::ALL
+                .iter()
+                .flat_map(|&k| {
+                    [
+                        show(&ch11::predict_state_bytes(k, &ch11::SIZES)),
+                        show(&ch11::predict_step_memory(k)),
+                    ]
+                })
+                .collect(),
+        ),
+        (
+            "ch12-transformer-activations",
+            [shape(32, 2, 64, 4), shape(24, 1, 40, 4)]
+                .iter()
+                .flat_map(|&sh| plans.iter().map(move |p| show(&ch12::predict_saved(sh, p))))
+                .collect(),
+        ),
+        (
+            "ch13-kv-cache",
+            vec![
+                show(&ch13::predict_fit(1024, 40 << 20, 300, 16, 100)),
+                show(&ch13::predict_fit(131_072, 16 << 30, 32_768, 16, 1000)),
+            ],
+        ),
+    ]
+}
+
+/// The distinctive numbers in `text`: at least 1000, not a power of two and not a whole number of
+/// MiB.
+fn distinctive_numbers(text: &str) -> Vec<u64> {
+    let mut numbers: Vec<u64> = text
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .filter(|&n: &u64| n >= 1000 && !n.is_power_of_two() && !n.is_multiple_of(1 << 20))
+        .collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    numbers
+}
+
+/// How `n` bytes may be written: `140800`, `140,800`, `140_800`, `137.5 KiB`, `137.50 KiB` (and
+/// in MiB from 1 MiB on).
+fn spellings(n: u64) -> Vec<String> {
+    let plain = n.to_string();
+    let grouped = |sep: char| {
+        let mut out = String::new();
+        for (i, c) in plain.chars().enumerate() {
+            if i > 0 && (plain.len() - i).is_multiple_of(3) {
+                out.push(sep);
+            }
+            out.push(c);
+        }
+        out
+    };
+    let mut all = vec![plain.clone(), grouped(','), grouped('_')];
+    let kib = n as f64 / 1024.0;
+    all.push(format!("{kib:.2} KiB"));
+    if (kib * 10.0).fract() == 0.0 {
+        all.push(format!("{kib:.1} KiB"));
+    }
+    if n >= 1 << 20 {
+        all.push(format!("{:.2} MiB", kib / 1024.0));
+    }
+    all
+}
+
+/// `page` without its reveals (`<details class="wb-answer" ...>` up to its `</details>`).
+fn outside_reveals(page: &str) -> String {
+    let mut out = String::new();
+    let mut rest = page;
+    while let Some(start) = rest.find("<details class=\"wb-answer\"") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</details>") {
+            Some(end) => rest = &rest[start + end + "</details>".len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where `n` appears in `text` as a whole number, by line.
+fn found_at(text: &str, n: u64) -> Vec<(usize, String)> {
+    let spellings = spellings(n);
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            spellings.iter().any(|s| {
+                line.match_indices(s.as_str()).any(|(i, _)| {
+                    let before = line[..i].chars().last();
+                    let after = line[i + s.len()..].chars().next();
+                    let digit_like = |c: Option<char>| {
+                        c.is_some_and(|c| c.is_ascii_digit() || c == ',' || c == '_' || c == '.')
+                    };
+                    // A number followed by a comma may end a clause ("4000, then"); one followed
+                    // by a digit, `_` or `.` is a longer number.
+                    let continues =
+                        after.is_some_and(|c| c.is_ascii_digit() || c == '_' || c == '.');
+                    !digit_like(before) && (s.ends_with("iB") || !continues)
+                })
+            })
+        })
+        .map(|(i, line)| (i + 1, line.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn no_prediction_answer_is_stated_outside_a_reveal_or_in_a_quiz() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut leaks = Vec::new();
+    for (chapter, predictions) in page_predictions() {
+        let answers = distinctive_numbers(&predictions.join(" "));
+        let page_path = root.join("book/src").join(format!("{chapter}.md"));
+        let page = std::fs::read_to_string(&page_path).expect("the chapter's page");
+        let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
+            .unwrap_or_default();
+        for (what, text) in [("page", outside_reveals(&page)), ("quiz", quiz)] {
+            for &n in &answers {
+                for (line, text) in found_at(&text, n) {
+                    leaks.push(format!("{chapter} {what} line {line}: {n} in {text:?}"));
+                }
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "a prediction's answer stated before the learner predicts it (move it into a \
+         <details class=\"wb-answer\"> reveal, or change the example's sizes):\n{}",
+        leaks.join("\n")
+    );
+}
+
+#[test]
+fn the_search_finds_grouped_numbers_and_skips_revealed_ones() {
+    assert_eq!(
+        distinctive_numbers("a 140800 b 2097152 c 512 d 1536"),
+        [1536, 140_800]
+    );
+    let page = "x 140,800 y\n<details class=\"wb-answer\">1536</details>\nz 1_536";
+    let outside = outside_reveals(page);
+    assert_eq!(found_at(&outside, 140_800).len(), 1);
+    assert_eq!(found_at(&outside, 1536).len(), 1, "{outside}");
+    assert!(found_at("11536 and 15360", 1536).is_empty());
+    assert_eq!(found_at("peak 968.5 KiB here", 991_744).len(), 1);
+}

@@ -1,0 +1,68 @@
+//! Chapter 11's predictions: built as a crate of their own, with no dependencies (not even
+//! gpumem), so they are predictions made before measuring. The tests measure and compare, at the
+//! page's sizes and at sizes drawn on every run: write the rules, not the numbers.
+
+// ANCHOR: sizes
+/// The chapter's model: 128 inputs, two hidden layers of 256, 10 outputs (ReLU between them).
+pub const SIZES: [usize; 4] = [128, 256, 256, 10];
+/// Examples in a batch.
+pub const ROWS: usize = 64;
+
+/// The three optimizers the chapter compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `torch.optim.SGD(params, lr=0.01)`.
+    Sgd,
+    /// `torch.optim.SGD(params, lr=0.01, momentum=0.9)`.
+    SgdMomentum,
+    /// `torch.optim.Adam(params, lr=1e-3)`.
+    Adam,
+}
+
+impl Kind {
+    /// All three, in the chapter's order.
+    pub const ALL: [Kind; 3] = [Kind::Sgd, Kind::SgdMomentum, Kind::Adam];
+}
+// ANCHOR_END: sizes
+
+// ANCHOR: step_memory
+/// The part of a training step where memory peaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `model(x)` and the loss.
+    Forward,
+    /// `loss.backward()`.
+    Backward,
+    /// `optimizer.step()`.
+    Step,
+}
+
+/// The first training step of a `SIZES` model on a batch of `ROWS`, in bytes above the
+/// model and the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepMemory {
+    /// The optimizer's state after the step.
+    pub state: u64,
+    /// The peak during `optimizer.step()` alone (the loss dropped, the gradients alive).
+    pub step_peak: u64,
+    /// Where the whole step peaks.
+    pub peak_phase: Phase,
+}
+// ANCHOR_END: step_memory
+
+// ANCHOR: predict_state
+/// Your prediction of the optimizer's state on the device after its first step, in bytes of
+/// blocks, for an `Mlp` with layer widths `sizes` (every parameter has a gradient).
+pub fn predict_state_bytes(_kind: Kind, _sizes: &[usize]) -> u64 {
+    // TODO: write your numbers before running the tests.
+    todo!("predict the state of {_kind:?} for {_sizes:?}")
+}
+// ANCHOR_END: predict_state
+
+// ANCHOR: predict_step
+/// Your prediction of `StepMemory` for `kind`.
+pub fn predict_step_memory(_kind: Kind) -> StepMemory {
+    // TODO: the state, the peak of step() and where the whole step peaks.
+    todo!("predict the first training step with {_kind:?}")
+}
+// ANCHOR_END: predict_step
