@@ -35,11 +35,20 @@ fn short_names(report: &GradeReport) -> Vec<String> {
         .collect()
 }
 
+/// `score` of `max` as a percentage, rounded to a whole number, except that it never says 100%
+/// for a score short of full marks nor 0% for a score above nothing (264 of 265: 99.6%).
 fn percent(score: u32, max: u32) -> String {
     if max == 0 {
-        "—".to_string()
+        return "—".to_string();
+    }
+    let exact = f64::from(score) * 100.0 / f64::from(max);
+    let whole = exact.round();
+    if whole == 100.0 && score < max {
+        format!("{:.1}%", (exact * 10.0).floor() / 10.0)
+    } else if whole == 0.0 && score > 0 {
+        format!("{:.1}%", (exact * 10.0).ceil() / 10.0)
     } else {
-        format!("{}%", (f64::from(score) * 100.0 / f64::from(max)).round())
+        format!("{whole}%")
     }
 }
 
@@ -663,6 +672,16 @@ mod tests {
             xml("a<b>&\"c'\n\u{1b}[0m"),
             "a&lt;b&gt;&amp;&quot;c&apos;&#10;\\u{1b}[0m"
         );
+    }
+
+    #[test]
+    fn a_percentage_is_100_only_for_full_marks_and_0_only_for_nothing() {
+        assert_eq!(percent(264, 265), "99.6%");
+        assert_eq!(percent(265, 265), "100%");
+        assert_eq!(percent(24, 53), "45%");
+        assert_eq!(percent(1, 2000), "0.1%");
+        assert_eq!(percent(0, 265), "0%");
+        assert_eq!(percent(0, 0), "—");
     }
 
     #[test]

@@ -93,7 +93,8 @@ pub fn student_name(path: &Path) -> String {
 }
 
 /// The entries of a class folder, one per student: sub-folders and archives, sorted by name.
-/// Hidden entries are skipped; other files are reported in the second list.
+/// Hidden entries and `__MACOSX/` (macOS's zip metadata, no student) are skipped; other files are
+/// reported in the second list.
 pub fn class_entries(folder: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let mut entries = Vec::new();
     let mut skipped = Vec::new();
@@ -103,7 +104,7 @@ pub fn class_entries(folder: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
         let entry = entry.with_context(|| format!("reading {}", folder.display()))?;
         let path = entry.path();
         let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
+        if name.to_string_lossy().starts_with('.') || name == "__MACOSX" {
             continue;
         }
         if path.is_dir() || archive_kind(&path).is_some() {
@@ -949,6 +950,22 @@ mod tests {
             ),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_class_folder_s_macos_metadata_and_hidden_entries_are_no_students() {
+        let dir = tempfile::tempdir().unwrap();
+        for folder in ["alice", "__MACOSX", ".git"] {
+            std::fs::create_dir(dir.path().join(folder)).unwrap();
+        }
+        std::fs::write(dir.path().join("bob.zip"), b"").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
+        let (entries, skipped) = class_entries(dir.path()).unwrap();
+        assert_eq!(
+            entries,
+            [dir.path().join("alice"), dir.path().join("bob.zip")]
+        );
+        assert_eq!(skipped, [dir.path().join("notes.txt")]);
     }
 
     #[test]
