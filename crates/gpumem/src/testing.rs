@@ -47,7 +47,20 @@ thread_local! {
 /// # Panics
 /// When `GPUMEM_TEST_SEED` is not a u64, or under `GPUMEM_TEST_SEEDS` outside [`seeded`].
 pub fn rng() -> XorShift {
-    let (seed, made) = CURRENT.get().unwrap_or_else(|| {
+    let (seed, made) = this_tests_seed();
+    CURRENT.set(Some((seed, made + 1)));
+    XorShift::new(seed.wrapping_add(made.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+}
+
+/// The seed of the test running on this thread and how many generators it has made: the current
+/// one of a [`seeded`] loop, else `GPUMEM_TEST_SEED` or a fresh seed (printed). Both [`rng`] and
+/// [`Draw::from_env`] take their seed here, so one seed replays a whole test and a sweep reaches
+/// every randomized test.
+///
+/// # Panics
+/// Under `GPUMEM_TEST_SEEDS` outside [`seeded`]: that test would not take part in the sweep.
+fn this_tests_seed() -> (u64, u64) {
+    CURRENT.get().unwrap_or_else(|| {
         if std::env::var_os(TEST_SEEDS).is_some() {
             panic!(
                 "{TEST_SEEDS} is set, but this randomized test does not loop over it: wrap its \
@@ -57,9 +70,7 @@ pub fn rng() -> XorShift {
         let seed = one_seed();
         announce(seed);
         (seed, 0)
-    });
-    CURRENT.set(Some((seed, made + 1)));
-    XorShift::new(seed.wrapping_add(made.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+    })
 }
 
 /// Runs a randomized test's body: once, with the seed [`rng`] would choose (printed first), or,
@@ -275,16 +286,11 @@ impl Draw {
     /// that a failure can be run again with the same sizes.
     ///
     /// # Panics
-    /// When `GPUMEM_TEST_SEED` is set but is not a `u64`.
+    /// When `GPUMEM_TEST_SEED` is set but is not a `u64`, and under `GPUMEM_TEST_SEEDS` outside
+    /// [`seeded`].
     pub fn from_env() -> Draw {
-        let seed = match CURRENT.get() {
-            Some((seed, _)) => seed,
-            None => {
-                let seed = one_seed();
-                announce(seed);
-                seed
-            }
-        };
+        let (seed, made) = this_tests_seed();
+        CURRENT.set(Some((seed, made)));
         Draw::new(seed)
     }
 

@@ -220,103 +220,111 @@ fn first_allocation_cases() -> Vec<(u64, u64)> {
 
 #[test]
 fn first_tiny_allocation_prediction_matches_allocated_and_reserved() {
-    let dev = gpumem::testing::device();
-    for (first_len, second_len) in first_allocation_cases() {
-        gpumem::testing::reset(&dev);
-        let predicted = predict_first_allocations(first_len, second_len);
-        let a = dev.alloc::<f32>(first_len as usize).expect("alloc");
-        Prediction::new(format!(
-            "your prediction after alloc::<f32>({first_len}) on a fresh device"
-        ))
-        .bytes(
-            "allocated_after_first",
-            predicted.allocated_after_first,
-            dev.memory_allocated(),
-        )
-        .rule("a block is the request rounded up to a multiple of 512 bytes, at least 512")
-        .bytes(
-            "reserved_after_first",
-            predicted.reserved_after_first,
-            dev.memory_reserved(),
-        )
-        .rule("a request of at most 1 MiB reserves a whole small-pool segment")
-        .check();
-        drop(a);
-    }
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        for (first_len, second_len) in first_allocation_cases() {
+            gpumem::testing::reset(&dev);
+            let predicted = predict_first_allocations(first_len, second_len);
+            let a = dev.alloc::<f32>(first_len as usize).expect("alloc");
+            Prediction::new(format!(
+                "your prediction after alloc::<f32>({first_len}) on a fresh device"
+            ))
+            .bytes(
+                "allocated_after_first",
+                predicted.allocated_after_first,
+                dev.memory_allocated(),
+            )
+            .rule("a block is the request rounded up to a multiple of 512 bytes, at least 512")
+            .bytes(
+                "reserved_after_first",
+                predicted.reserved_after_first,
+                dev.memory_reserved(),
+            )
+            .rule("a request of at most 1 MiB reserves a whole small-pool segment")
+            .check();
+            drop(a);
+        }
+    })
 }
 
 #[test]
 fn second_tiny_allocation_prediction_matches_the_shared_segment() {
-    let dev = gpumem::testing::device();
-    for (first_len, second_len) in first_allocation_cases() {
-        gpumem::testing::reset(&dev);
-        let predicted = predict_first_allocations(first_len, second_len);
-        let a = dev.alloc::<f32>(first_len as usize).expect("alloc");
-        let b = dev.alloc::<f32>(second_len as usize).expect("alloc");
-        let stats = dev.memory_stats();
-        Prediction::new(format!(
-            "your prediction after alloc::<f32>({first_len}), then alloc::<f32>({second_len})"
-        ))
-        .bytes(
-            "allocated_after_second",
-            predicted.allocated_after_second,
-            dev.memory_allocated(),
-        )
-        .rule("memory_allocated adds up the blocks, each rounded to 512 bytes")
-        .bytes(
-            "reserved_after_second",
-            predicted.reserved_after_second,
-            dev.memory_reserved(),
-        )
-        .rule("a small request is cut from a segment that has room before a new one is reserved")
-        .count(
-            "segments_after_second",
-            Some(predicted.segments_after_second),
-            stats.get("segment.all.current"),
-        )
-        .rule("a small-pool segment is 2 MiB")
-        .check();
-        assert_eq!(stats.get("allocation.all.current"), Some(2));
-        drop((a, b));
-    }
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        for (first_len, second_len) in first_allocation_cases() {
+            gpumem::testing::reset(&dev);
+            let predicted = predict_first_allocations(first_len, second_len);
+            let a = dev.alloc::<f32>(first_len as usize).expect("alloc");
+            let b = dev.alloc::<f32>(second_len as usize).expect("alloc");
+            let stats = dev.memory_stats();
+            Prediction::new(format!(
+                "your prediction after alloc::<f32>({first_len}), then alloc::<f32>({second_len})"
+            ))
+            .bytes(
+                "allocated_after_second",
+                predicted.allocated_after_second,
+                dev.memory_allocated(),
+            )
+            .rule("memory_allocated adds up the blocks, each rounded to 512 bytes")
+            .bytes(
+                "reserved_after_second",
+                predicted.reserved_after_second,
+                dev.memory_reserved(),
+            )
+            .rule(
+                "a small request is cut from a segment that has room before a new one is reserved",
+            )
+            .count(
+                "segments_after_second",
+                Some(predicted.segments_after_second),
+                stats.get("segment.all.current"),
+            )
+            .rule("a small-pool segment is 2 MiB")
+            .check();
+            assert_eq!(stats.get("allocation.all.current"), Some(2));
+            drop((a, b));
+        }
+    })
 }
 
 #[test]
 fn first_allocation_prediction_matches_the_drivers_free_memory() {
-    let dev = gpumem::testing::device();
-    for (first_len, second_len) in first_allocation_cases() {
-        gpumem::testing::reset(&dev);
-        let predicted = predict_first_allocations(first_len, second_len);
-        let (free_before, total) = dev.mem_get_info().expect("mem_get_info");
-        let a = dev.alloc::<f32>(first_len as usize).expect("alloc");
-        let (free_after, total_after) = dev.mem_get_info().expect("mem_get_info");
-        assert_eq!(total, total_after, "total memory never changes");
-        // The device gives memory out in whole segments: what it loses is what the allocator
-        // reserved.
-        Prediction::new(format!(
-            "your prediction of what the driver sees after alloc::<f32>({first_len})"
-        ))
-        .bytes(
-            "free_drop_after_first",
-            predicted.free_drop_after_first,
-            dev.memory_reserved(),
-        )
-        .rule("the driver sees reserved segments, not allocated blocks")
-        .check();
-        if !dev.is_cuda() {
-            // On a GPU other processes change free memory at any time, so only cpu is exact.
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        for (first_len, second_len) in first_allocation_cases() {
+            gpumem::testing::reset(&dev);
+            let predicted = predict_first_allocations(first_len, second_len);
+            let (free_before, total) = dev.mem_get_info().expect("mem_get_info");
+            let a = dev.alloc::<f32>(first_len as usize).expect("alloc");
+            let (free_after, total_after) = dev.mem_get_info().expect("mem_get_info");
+            assert_eq!(total, total_after, "total memory never changes");
+            // The device gives memory out in whole segments: what it loses is what the allocator
+            // reserved.
             Prediction::new(format!(
-                "your prediction of the fall in mem_get_info's free memory on cpu after \
-                 alloc::<f32>({first_len})"
+                "your prediction of what the driver sees after alloc::<f32>({first_len})"
             ))
             .bytes(
                 "free_drop_after_first",
                 predicted.free_drop_after_first,
-                free_before - free_after,
+                dev.memory_reserved(),
             )
             .rule("the driver sees reserved segments, not allocated blocks")
             .check();
+            if !dev.is_cuda() {
+                // On a GPU other processes change free memory at any time, so only cpu is exact.
+                Prediction::new(format!(
+                    "your prediction of the fall in mem_get_info's free memory on cpu after \
+                 alloc::<f32>({first_len})"
+                ))
+                .bytes(
+                    "free_drop_after_first",
+                    predicted.free_drop_after_first,
+                    free_before - free_after,
+                )
+                .rule("the driver sees reserved segments, not allocated blocks")
+                .check();
+            }
+            drop(a);
         }
-        drop(a);
-    }
+    })
 }

@@ -309,76 +309,82 @@ fn pipeline_lengths() -> Vec<u64> {
 
 #[test]
 fn pipeline_prediction_matches_the_copy_counters() {
-    let dev = gpumem::testing::device();
-    for len in pipeline_lengths() {
-        gpumem::testing::reset(&dev);
-        let predicted = predict_pipeline(len);
-        let m = run_pipeline(&dev, len as usize);
-        Prediction::new(format!(
-            "your prediction of the copy counters (len = {len})"
-        ))
-        .count(
-            "host_to_device_copies",
-            predicted.host_to_device_copies,
-            m.h2d.copies,
-        )
-        .rule("only a copy from a host slice counts as host-to-device")
-        .bytes(
-            "host_to_device_bytes",
-            predicted.host_to_device_bytes,
-            m.h2d.bytes,
-        )
-        .rule("a copy counts the data's bytes, not its block's")
-        .count(
-            "device_to_device_copies",
-            predicted.device_to_device_copies,
-            m.d2d.copies,
-        )
-        .rule("try_clone copies; to() onto the same device does not")
-        .count(
-            "device_to_host_copies",
-            predicted.device_to_host_copies,
-            m.d2h.copies,
-        )
-        .rule("only reading back to the host counts as device-to-host")
-        .check();
-    }
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        for len in pipeline_lengths() {
+            gpumem::testing::reset(&dev);
+            let predicted = predict_pipeline(len);
+            let m = run_pipeline(&dev, len as usize);
+            Prediction::new(format!(
+                "your prediction of the copy counters (len = {len})"
+            ))
+            .count(
+                "host_to_device_copies",
+                predicted.host_to_device_copies,
+                m.h2d.copies,
+            )
+            .rule("only a copy from a host slice counts as host-to-device")
+            .bytes(
+                "host_to_device_bytes",
+                predicted.host_to_device_bytes,
+                m.h2d.bytes,
+            )
+            .rule("a copy counts the data's bytes, not its block's")
+            .count(
+                "device_to_device_copies",
+                predicted.device_to_device_copies,
+                m.d2d.copies,
+            )
+            .rule("try_clone copies; to() onto the same device does not")
+            .count(
+                "device_to_host_copies",
+                predicted.device_to_host_copies,
+                m.d2h.copies,
+            )
+            .rule("only reading back to the host counts as device-to-host")
+            .check();
+        }
+    })
 }
 
 #[test]
 fn pipeline_prediction_matches_live_blocks_and_allocated_bytes() {
-    let dev = gpumem::testing::device();
-    for len in pipeline_lengths() {
-        gpumem::testing::reset(&dev);
-        let predicted = predict_pipeline(len);
-        let m = run_pipeline(&dev, len as usize);
-        Prediction::new(format!(
-            "your prediction of what is left on the device (len = {len})"
-        ))
-        .count("live_blocks", predicted.live_blocks, m.live_blocks)
-        .rule("to() onto the same device shares the block; a clone and an alloc have their own")
-        .bytes("allocated", predicted.allocated, m.allocated)
-        .rule("each live block is its request rounded up to a multiple of 512 bytes")
-        .check();
-    }
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        for len in pipeline_lengths() {
+            gpumem::testing::reset(&dev);
+            let predicted = predict_pipeline(len);
+            let m = run_pipeline(&dev, len as usize);
+            Prediction::new(format!(
+                "your prediction of what is left on the device (len = {len})"
+            ))
+            .count("live_blocks", predicted.live_blocks, m.live_blocks)
+            .rule("to() onto the same device shares the block; a clone and an alloc have their own")
+            .bytes("allocated", predicted.allocated, m.allocated)
+            .rule("each live block is its request rounded up to a multiple of 512 bytes")
+            .check();
+        }
+    })
 }
 
 #[test]
 fn pipeline_prediction_knows_dropping_the_host_vec_frees_no_device_memory() {
-    let dev = gpumem::testing::device();
-    for len in pipeline_lengths() {
-        gpumem::testing::reset(&dev);
-        let predicted = predict_pipeline(len);
-        let m = run_pipeline(&dev, len as usize);
-        Prediction::new(format!(
-            "your prediction of what drop(host) frees on the device (len = {len})"
-        ))
-        .bytes(
-            "freed_by_dropping_host",
-            predicted.freed_by_dropping_host,
-            m.freed_by_dropping_host,
-        )
-        .rule("a host Vec was never device memory")
-        .check();
-    }
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        for len in pipeline_lengths() {
+            gpumem::testing::reset(&dev);
+            let predicted = predict_pipeline(len);
+            let m = run_pipeline(&dev, len as usize);
+            Prediction::new(format!(
+                "your prediction of what drop(host) frees on the device (len = {len})"
+            ))
+            .bytes(
+                "freed_by_dropping_host",
+                predicted.freed_by_dropping_host,
+                m.freed_by_dropping_host,
+            )
+            .rule("a host Vec was never device memory")
+            .check();
+        }
+    })
 }

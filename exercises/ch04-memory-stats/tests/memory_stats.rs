@@ -164,42 +164,44 @@ fn compare(what: &str, p: &StatsView, m: &StatsView) {
 
 #[test]
 fn prediction_mlp_matches_memory_stats() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    // The prediction is made before anything runs.
-    let predicted = predict_mlp(&MLP_SHAPE);
-    let mlp = Mlp::new(&dev, &MLP_SHAPE)?;
-    let measured = observed(&dev);
-    assert_eq!(
-        measured,
-        StatsView {
-            allocated: 4 * MIB + 4096 + 40_960 + 512,
-            requested: 4 * MIB + 4096 + 40_960 + 40,
-            reserved: 20 * MIB + 2 * MIB,
-            peak_allocated: 4 * MIB + 4096 + 40_960 + 512,
-            small_segments: 1,
-            large_segments: 1,
-            inactive_split_bytes: 16 * MIB + 2 * MIB - 4096 - 40_960 - 512,
-        },
-        "the allocator's numbers"
-    );
-    compare("your prediction for MLP_SHAPE", &predicted, &measured);
-    drop(mlp);
-    // Two shapes drawn on this run: a first weight over 1 MiB and under 10 MiB, the rest small.
-    let mut draw = gpumem::testing::Draw::from_env();
-    for _ in 0..2 {
-        let hidden = draw.size(257, 2559);
-        let shape = [(1024, hidden), (hidden, draw.size(1, 50))];
-        gpumem::testing::reset(&dev);
-        let predicted = predict_mlp(&shape);
-        let mlp = Mlp::new(&dev, &shape)?;
-        compare(
-            &format!("your prediction for {shape:?}"),
-            &predicted,
-            &observed(&dev),
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict_mlp(&MLP_SHAPE);
+        let mlp = Mlp::new(&dev, &MLP_SHAPE)?;
+        let measured = observed(&dev);
+        assert_eq!(
+            measured,
+            StatsView {
+                allocated: 4 * MIB + 4096 + 40_960 + 512,
+                requested: 4 * MIB + 4096 + 40_960 + 40,
+                reserved: 20 * MIB + 2 * MIB,
+                peak_allocated: 4 * MIB + 4096 + 40_960 + 512,
+                small_segments: 1,
+                large_segments: 1,
+                inactive_split_bytes: 16 * MIB + 2 * MIB - 4096 - 40_960 - 512,
+            },
+            "the allocator's numbers"
         );
+        compare("your prediction for MLP_SHAPE", &predicted, &measured);
         drop(mlp);
-    }
-    Ok(())
+        // Two shapes drawn on this run: a first weight over 1 MiB and under 10 MiB, the rest small.
+        let mut draw = gpumem::testing::Draw::from_env();
+        for _ in 0..2 {
+            let hidden = draw.size(257, 2559);
+            let shape = [(1024, hidden), (hidden, draw.size(1, 50))];
+            gpumem::testing::reset(&dev);
+            let predicted = predict_mlp(&shape);
+            let mlp = Mlp::new(&dev, &shape)?;
+            compare(
+                &format!("your prediction for {shape:?}"),
+                &predicted,
+                &observed(&dev),
+            );
+            drop(mlp);
+        }
+        Ok(())
+    })
 }
 
 #[test]

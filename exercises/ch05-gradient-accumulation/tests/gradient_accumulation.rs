@@ -375,16 +375,18 @@ fn compare(rows: usize, p: &StepMemory, m: &StepMemory) {
 /// passes the page's batches at most.
 #[test]
 fn prediction_for_drawn_batches_matches_the_allocator() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let mut draw = gpumem::testing::Draw::from_env();
-    for _ in 0..3 {
-        let rows = draw.size(1, 1024);
-        gpumem::testing::reset(&dev);
-        let predicted = predict_step_memory(rows);
-        let measured = measure_step(&dev, rows)?;
-        compare(rows, &predicted, &measured);
-    }
-    Ok(())
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        let mut draw = gpumem::testing::Draw::from_env();
+        for _ in 0..3 {
+            let rows = draw.size(1, 1024);
+            gpumem::testing::reset(&dev);
+            let predicted = predict_step_memory(rows);
+            let measured = measure_step(&dev, rows)?;
+            compare(rows, &predicted, &measured);
+        }
+        Ok(())
+    })
 }
 
 #[test]

@@ -95,67 +95,71 @@ fn token_bytes(config: &KvConfig) -> u64 {
 
 #[test]
 fn contiguous_prediction_matches_the_allocator() {
-    let dev = device();
-    // Regions of 300 KiB (small pool), 1.5 and 2 MiB (20 MiB segments), 11.7 MiB (own segment),
-    // then two drawn on this run (a copied number passes one case at most).
-    let mut draw = gpumem::testing::Draw::from_env();
-    let mut cases: Vec<(usize, u64)> = [300, 1500, 2048, 12_000]
-        .map(|max_len| (max_len, 40 * MIB))
-        .to_vec();
-    for _ in 0..2 {
-        cases.push((draw.size(1, 16_000), 2 * MIB * draw.range(10, 40)));
-    }
-    let bytes = token_bytes(&tiny_model());
-    for (max_len, budget) in cases {
-        let predicted = predict_fit(bytes, budget, max_len, 16, 100).contiguous;
-        let measured = measured_contiguous(&dev, max_len, budget);
-        gpumem::testing::reset(&dev);
-        assert_eq!(
-            predicted,
-            measured,
-            "regions of {max_len} tokens (1 KiB each) in a budget of {} MiB: you predicted \
+    gpumem::testing::seeded(|| {
+        let dev = device();
+        // Regions of 300 KiB (small pool), 1.5 and 2 MiB (20 MiB segments), 11.7 MiB (own segment),
+        // then two drawn on this run (a copied number passes one case at most).
+        let mut draw = gpumem::testing::Draw::from_env();
+        let mut cases: Vec<(usize, u64)> = [300, 1500, 2048, 12_000]
+            .map(|max_len| (max_len, 40 * MIB))
+            .to_vec();
+        for _ in 0..2 {
+            cases.push((draw.size(1, 16_000), 2 * MIB * draw.range(10, 40)));
+        }
+        let bytes = token_bytes(&tiny_model());
+        for (max_len, budget) in cases {
+            let predicted = predict_fit(bytes, budget, max_len, 16, 100).contiguous;
+            let measured = measured_contiguous(&dev, max_len, budget);
+            gpumem::testing::reset(&dev);
+            assert_eq!(
+                predicted,
+                measured,
+                "regions of {max_len} tokens (1 KiB each) in a budget of {} MiB: you predicted \
              {predicted} (the rules: a region is one block, rounded to 512 B, in a segment of \
              2 MiB up to 1 MiB, 20 MiB below 10 MiB, else its own rounded to 2 MiB)",
-            budget / MIB
-        );
-    }
+                budget / MIB
+            );
+        }
+    })
 }
 
 #[test]
 fn paged_prediction_matches_the_pool() {
-    let dev = device();
-    let mut draw = gpumem::testing::Draw::from_env();
-    let mut cases = vec![
-        (16, 500, 40 * MIB),
-        (16, 17, 40 * MIB),
-        (32, 1000, 40 * MIB),
-    ];
-    for _ in 0..2 {
-        cases.push((
-            draw.pick(&[8, 16, 32]),
-            draw.size(1, 3000),
-            2 * MIB * draw.range(10, 40),
-        ));
-    }
-    let bytes = token_bytes(&tiny_model());
-    for (block_size, tokens, budget) in cases {
-        let predicted = predict_fit(bytes, budget, 2048, block_size, tokens).paged;
-        let blocks = (budget / (bytes * block_size as u64)) as usize;
-        let mut pool = BlockPool::new(&dev, tiny_model(), block_size, blocks).expect("a pool");
-        let mut measured = 0;
-        while BlockTable::new().append_tokens(&mut pool, tokens).is_ok() {
-            measured += 1;
+    gpumem::testing::seeded(|| {
+        let dev = device();
+        let mut draw = gpumem::testing::Draw::from_env();
+        let mut cases = vec![
+            (16, 500, 40 * MIB),
+            (16, 17, 40 * MIB),
+            (32, 1000, 40 * MIB),
+        ];
+        for _ in 0..2 {
+            cases.push((
+                draw.pick(&[8, 16, 32]),
+                draw.size(1, 3000),
+                2 * MIB * draw.range(10, 40),
+            ));
         }
-        drop(pool);
-        gpumem::testing::reset(&dev);
-        assert_eq!(
-            predicted,
-            measured,
-            "requests of {tokens} tokens, blocks of {block_size}, {} MiB: you predicted \
+        let bytes = token_bytes(&tiny_model());
+        for (block_size, tokens, budget) in cases {
+            let predicted = predict_fit(bytes, budget, 2048, block_size, tokens).paged;
+            let blocks = (budget / (bytes * block_size as u64)) as usize;
+            let mut pool = BlockPool::new(&dev, tiny_model(), block_size, blocks).expect("a pool");
+            let mut measured = 0;
+            while BlockTable::new().append_tokens(&mut pool, tokens).is_ok() {
+                measured += 1;
+            }
+            drop(pool);
+            gpumem::testing::reset(&dev);
+            assert_eq!(
+                predicted,
+                measured,
+                "requests of {tokens} tokens, blocks of {block_size}, {} MiB: you predicted \
              {predicted} (the rule: the pool's blocks divided by the blocks one request needs)",
-            budget / MIB
-        );
-    }
+                budget / MIB
+            );
+        }
+    })
 }
 
 #[test]

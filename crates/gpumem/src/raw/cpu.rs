@@ -1,6 +1,6 @@
 //! The raw layer over host memory: the `cpu` device, a stand-in GPU with a fixed capacity.
 //!
-//! Each stream is a queue ([`StreamQueues`]): its work runs at once, when queued (the default), or
+//! Each stream is a queue (`StreamQueues`): its work runs at once, when queued (the default), or
 //! late, as on a GPU ([`DeviceBackend::set_late_streams`]): only when a synchronize, an event or
 //! another stream's wait needs it. Copies with `asynchronous` are queued; a synchronous copy or a
 //! zero-fill first runs its stream's queue, then happens on return, as the cuda backend's
