@@ -130,10 +130,7 @@ fn the_student_edition_starts_checks_and_holds_no_solution() {
     .unwrap();
     let (code, out, err) = workbook(&edition, &["check", "ch01"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
-    assert!(
-        out.contains("All 1 tests pass: ch01-demo is done."),
-        "{out}"
-    );
+    assert!(out.contains("ch01-demo is done."), "{out}");
     assert!(!out.contains("solution"), "{out}");
     let (code, out, err) = workbook(&edition, &["list"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
