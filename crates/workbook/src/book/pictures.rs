@@ -115,6 +115,9 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
             file: format!("{chapter}-{OUTPUT_SUFFIX}"),
             contents: walkthrough_output(&printed, &cpu_model()),
         });
+        if chapter == CUDA_ERROR_CHAPTER {
+            made.extend(cuda_error_output(&repo)?);
+        }
         let file = scratch.path().join(format!("{chapter}.json"));
         if let Some(contents) = read_kv_blocks(&file)? {
             made.push(Picture {
@@ -157,7 +160,7 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
             Ok(old) if old == picture.contents => "unchanged",
             // A walkthrough's output whose times alone differ keeps the times it was made with.
             Ok(old)
-                if picture.file.ends_with(OUTPUT_SUFFIX)
+                if picture.file.ends_with(".txt")
                     && without_times(&old) == without_times(&picture.contents) =>
             {
                 println!("{PICTURES_DIR}/{} (unchanged but for times)", picture.file);
@@ -234,6 +237,62 @@ pub fn snapshot_of(
     let printed = String::from_utf8(output.stdout)
         .with_context(|| format!("{chapter}'s walkthrough printed text that is not UTF-8"))?;
     Ok((viz::read_snapshot(&file)?, read_activity(&file)?, printed))
+}
+
+/// The chapter whose page shows what its walkthrough prints when `GPUMEM_DEVICE=cuda` asks for a
+/// GPU on a machine without CUDA.
+const CUDA_ERROR_CHAPTER: &str = "ch01-availability";
+
+/// The file holding that output: `ch01-availability-cuda-error.txt`.
+pub const CUDA_ERROR_FILE: &str = "ch01-availability-cuda-error.txt";
+
+/// What [`CUDA_ERROR_CHAPTER`]'s walkthrough prints (its output, then its error) when
+/// `GPUMEM_DEVICE=cuda` names a GPU this machine cannot open, or `None` (with a notice) where CUDA
+/// is available and the walkthrough runs: the page shows the error, which only a machine without
+/// CUDA prints (CI's).
+fn cuda_error_output(repo: &Repo) -> Result<Option<Picture>> {
+    eprintln!("{CUDA_ERROR_CHAPTER}: running its walkthrough with GPUMEM_DEVICE=cuda");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            CUDA_ERROR_CHAPTER,
+            "--example",
+            "walkthrough",
+        ])
+        .current_dir(&repo.root)
+        .env("GPUMEM_DEVICE", "cuda")
+        .env_remove(SNAPSHOT_VAR)
+        .env_remove("GPUMEM_ALLOC_CONF")
+        // The error as a learner sees it, without the backtrace anyhow adds when asked.
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .with_context(|| format!("running {cargo:?} for {CUDA_ERROR_CHAPTER}'s walkthrough"))?;
+    if output.status.success() {
+        eprintln!(
+            "{CUDA_ERROR_CHAPTER}: CUDA is available here, so {PICTURES_DIR}/{CUDA_ERROR_FILE} \
+             (what it prints without CUDA) is neither made nor checked"
+        );
+        return Ok(None);
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // What cargo itself may print (a warning) comes before the program's `Error:`.
+    let Some(error) = stderr.find("Error: ").map(|at| &stderr[at..]) else {
+        bail!(
+            "{CUDA_ERROR_CHAPTER}'s walkthrough with GPUMEM_DEVICE=cuda failed without an \
+             error of its own ({}):\n{}",
+            output.status,
+            tail(&stderr, 30)
+        );
+    };
+    let printed = String::from_utf8_lossy(&output.stdout);
+    Ok(Some(Picture {
+        file: CUDA_ERROR_FILE.to_string(),
+        contents: format!("{printed}{error}"),
+    }))
 }
 
 /// This machine's CPU model, as the cpu device names itself (empty if it cannot say).
@@ -412,7 +471,8 @@ pub fn differences(dir: &Path, made: &[Picture]) -> Vec<String> {
     let mut out = Vec::new();
     for picture in made {
         let path: PathBuf = dir.join(&picture.file);
-        let output = picture.file.ends_with(OUTPUT_SUFFIX);
+        // What a command printed (`.txt`): its times differ from run to run.
+        let output = picture.file.ends_with(".txt");
         match std::fs::read_to_string(&path) {
             Ok(old) if old == picture.contents => {}
             // A walkthrough's times differ from run to run: only the rest must match.
