@@ -188,11 +188,12 @@ fn pasted_outputs_and_ranges_that_cut_a_section_are_problems() {
 }
 
 /// The blocks a page presents as what a command printed, as `(line number, the block's first
-/// line)`: a `text` block whose label (the paragraph just before it) speaks of an output or of
+/// line, the lines of the block that stand for the output)`: a `text` block whose label (the paragraph just before it) speaks of an output or of
 /// what something prints, and a `console` block that holds a line after a `$ ` command that is
 /// not part of a command (neither after a line ending in `\` nor inside a quoted argument). A
 /// label that calls the block a quotation or an abridged example presents no command's output.
-fn command_output_blocks(page: &str) -> Vec<(usize, String)> {
+/// A `text` block's output is all of it, a `console` block's the lines that are not commands.
+fn command_output_blocks(page: &str) -> Vec<(usize, String, Vec<String>)> {
     let lines: Vec<&str> = page.lines().collect();
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -217,31 +218,37 @@ fn command_output_blocks(page: &str) -> Vec<(usize, String)> {
             .collect::<Vec<_>>()
             .join(" ")
             .to_lowercase();
-        let output = if kind == "text" {
-            ["output", "prints", "printed"]
+        let output: Vec<String> = if kind == "text" {
+            let labelled = ["output", "prints", "printed"]
                 .iter()
                 .any(|w| label.contains(w))
                 && !label.contains("quoted")
-                && !label.contains("abridged example")
+                && !label.contains("abridged example");
+            if labelled {
+                block.iter().map(|l| l.to_string()).collect()
+            } else {
+                Vec::new()
+            }
         } else {
             let mut continued = false;
             let mut in_quote = false;
-            let mut printed = false;
+            let mut printed = Vec::new();
             for l in block {
                 let command = continued || in_quote || l.starts_with("$ ");
-                if !command {
-                    printed = true;
-                    break;
+                if command {
+                    if l.matches('"').count() % 2 == 1 {
+                        in_quote = !in_quote;
+                    }
+                    continued = l.ends_with('\\');
+                } else {
+                    printed.push(l.to_string());
+                    continued = false;
                 }
-                if l.matches('"').count() % 2 == 1 {
-                    in_quote = !in_quote;
-                }
-                continued = l.ends_with('\\');
             }
             printed
         };
-        if output {
-            out.push((i + 1, first));
+        if !output.is_empty() {
+            out.push((i + 1, first, output));
         }
     }
     out
@@ -274,22 +281,6 @@ const NOT_YET_GENERATED: &[(&str, &str)] = &[
         "snapshots.md",
         "$ workbook replay bench/traces/interleaved-lifetimes.json --repeat 1 --snapshot-out after.pickle",
     ),
-    (
-        "snapshots.md",
-        "$ workbook inspect before.pickle --top 5 --frames 2",
-    ),
-    (
-        "snapshots.md",
-        "$ workbook diff before.pickle after.pickle --frames 2",
-    ),
-    (
-        "snapshots.md",
-        "$ workbook replay before.pickle --repeat 1 --capacity 20MiB --snapshot-out oom.pickle",
-    ),
-    (
-        "snapshots.md",
-        "$ workbook inspect oom.pickle --top 3 --frames 1",
-    ),
 ];
 
 #[test]
@@ -310,7 +301,7 @@ fn every_command_output_on_a_page_is_a_file_a_command_wrote() {
     let mut listed_seen = vec![false; NOT_YET_GENERATED.len()];
     for (name, path) in &pages {
         let text = std::fs::read_to_string(path).expect("a page");
-        for (line, first) in command_output_blocks(&text) {
+        for (line, first, output) in command_output_blocks(&text) {
             found += 1;
             if let Some(at) = NOT_YET_GENERATED
                 .iter()
@@ -319,20 +310,26 @@ fn every_command_output_on_a_page_is_a_file_a_command_wrote() {
                 listed_seen[at] = true;
                 continue;
             }
-            let included = first
-                .strip_prefix("{{#include pictures/")
-                .and_then(|rest| rest.strip_suffix("}}"))
-                .map(|rest| rest.split(':').next().unwrap_or(rest));
-            match included {
-                Some(file) if src.join("pictures").join(file).is_file() => {}
-                Some(file) => problems.push(format!(
-                    "{name}:{line}: includes book/src/pictures/{file}, which is missing \
-                     (cargo run -p workbook -- pictures)"
-                )),
-                None => problems.push(format!(
-                    "{name}:{line}: an output shown as a command's is pasted ({first:?}): make it \
-                     with `workbook pictures` and include the file it writes"
-                )),
+            for shown in &output {
+                let included = shown
+                    .strip_prefix("{{#include pictures/")
+                    .and_then(|rest| rest.strip_suffix("}}"))
+                    .map(|rest| rest.split(':').next().unwrap_or(rest));
+                match included {
+                    Some(file) if src.join("pictures").join(file).is_file() => {}
+                    Some(file) => problems.push(format!(
+                        "{name}:{line}: includes book/src/pictures/{file}, which is missing \
+                         (cargo run -p workbook -- pictures)"
+                    )),
+                    None => {
+                        problems.push(format!(
+                            "{name}:{line}: an output shown as a command's is pasted \
+                             ({shown:?}): make it with `workbook pictures` and include the file \
+                             it writes"
+                        ));
+                        break;
+                    }
+                }
             }
         }
     }
@@ -357,12 +354,18 @@ fn pasted_command_outputs_are_found_and_includes_quotes_and_commands_are_not() {
                 {{#include pictures/a.txt:8:}}\n```\n\nA message torch printed, quoted in a \
                 bug report:\n\n```text\nCUDA out of memory\n```\n\n```console\n$ a \\\n    --b\n\
                 $ python3 -c \"\nprint(1)\n\"\n```\n\n```console\n$ workbook diff a b\nA: a\n```\n";
+    let found: Vec<(usize, String, Vec<String>)> = command_output_blocks(page);
+    let shown = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
     assert_eq!(
-        command_output_blocks(page),
+        found,
         vec![
-            (3, "Step 2".to_string()),
-            (9, "{{#include pictures/a.txt:8:}}".to_string()),
-            (27, "$ workbook diff a b".to_string()),
+            (3, "Step 2".to_string(), shown(&["Step 2"])),
+            (
+                9,
+                "{{#include pictures/a.txt:8:}}".to_string(),
+                shown(&["{{#include pictures/a.txt:8:}}"])
+            ),
+            (27, "$ workbook diff a b".to_string(), shown(&["A: a"])),
         ]
     );
 }

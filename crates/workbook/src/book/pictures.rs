@@ -126,6 +126,9 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
             });
         }
     }
+    if args.chapters.is_empty() {
+        made.extend(snapshot_command_outputs(&repo)?);
+    }
     if args.check {
         problems.extend(differences(&dir, &made));
         if args.chapters.is_empty() {
@@ -295,6 +298,89 @@ fn cuda_error_output(repo: &Repo) -> Result<Option<Picture>> {
     }))
 }
 
+/// The commands whose output `book/src/snapshots.md` shows, run on the fixture snapshots
+/// `before.pickle` and `after.pickle` (`python3 bench/make_big_snapshot.py fixture`), in order
+/// (the last reads the `oom.pickle` the one before it writes): the file under [`PICTURES_DIR`]
+/// each output goes to, and the command's arguments after `workbook`.
+const SNAPSHOT_COMMANDS: [(&str, &[&str]); 4] = [
+    (
+        "snapshots-inspect.txt",
+        &["inspect", "before.pickle", "--top", "5", "--frames", "2"],
+    ),
+    (
+        "snapshots-diff.txt",
+        &["diff", "before.pickle", "after.pickle", "--frames", "2"],
+    ),
+    (
+        "snapshots-replay-oom.txt",
+        &[
+            "replay",
+            "before.pickle",
+            "--repeat",
+            "1",
+            "--capacity",
+            "20MiB",
+            "--snapshot-out",
+            "oom.pickle",
+        ],
+    ),
+    (
+        "snapshots-inspect-oom.txt",
+        &["inspect", "oom.pickle", "--top", "3", "--frames", "1"],
+    ),
+];
+
+/// What each of [`SNAPSHOT_COMMANDS`] prints (its output, then its errors, as a terminal shows
+/// them), run by this program in a scratch directory that holds the fixture snapshots.
+fn snapshot_command_outputs(repo: &Repo) -> Result<Vec<Picture>> {
+    eprintln!("snapshots.md: running workbook inspect, diff and replay on the fixture snapshots");
+    let scratch = tempfile::Builder::new()
+        .prefix("workbook-snapshots-")
+        .tempdir()
+        .context("making a temporary directory for the fixture snapshots")?;
+    let script = repo.root.join("bench/make_big_snapshot.py");
+    for (file, variant) in [("before.pickle", "before"), ("after.pickle", "after")] {
+        let output = Command::new("python3")
+            .arg(&script)
+            .args(["fixture", file, "--variant", variant])
+            .current_dir(scratch.path())
+            .output()
+            .with_context(|| format!("running python3 {}", script.display()))?;
+        if !output.status.success() {
+            bail!(
+                "python3 {} fixture {file} failed ({}):\n{}",
+                script.display(),
+                output.status,
+                tail(&String::from_utf8_lossy(&output.stderr), 30)
+            );
+        }
+    }
+    let workbook = std::env::current_exe().context("finding this program to run it")?;
+    let mut made = Vec::new();
+    for (file, args) in SNAPSHOT_COMMANDS {
+        let output = Command::new(&workbook)
+            .args(args)
+            .current_dir(scratch.path())
+            .env("GPUMEM_DEVICE", "cpu")
+            .env_remove("GPUMEM_ALLOC_CONF")
+            .env_remove("GPUMEM_CPU_CAPACITY")
+            .env("RUST_BACKTRACE", "0")
+            .env_remove("RUST_LIB_BACKTRACE")
+            .output()
+            .with_context(|| format!("running workbook {}", args.join(" ")))?;
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        made.push(Picture {
+            file: file.to_string(),
+            contents: walkthrough_output(&printed, &cpu_model()),
+        });
+    }
+    Ok(made)
+}
+
 /// This machine's CPU model, as the cpu device names itself (empty if it cannot say).
 fn cpu_model() -> String {
     gpumem::Device::cpu()
@@ -332,6 +418,24 @@ pub fn without_times(output: &str) -> String {
         }
         out.push_str(" ms");
         rest = &after[" ms".len()..];
+    }
+    out.push_str(rest);
+    without_time_stamps(&out)
+}
+
+/// `output` with each `time_us N` (a snapshot's time stamp, from the clock of the run that
+/// recorded it) written as `time_us …`.
+fn without_time_stamps(output: &str) -> String {
+    let mut out = String::with_capacity(output.len());
+    let mut rest = output;
+    while let Some(at) = rest.find("time_us ") {
+        let (before, after) = rest.split_at(at + "time_us ".len());
+        out.push_str(before);
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            out.push('…');
+        }
+        rest = &after[digits..];
     }
     out.push_str(rest);
     out
@@ -761,6 +865,10 @@ mod tests {
             "took … ms, … ms; 3 items ms; … ms"
         );
         assert_eq!(without_times("no time here"), "no time here");
+        assert_eq!(
+            without_times("at event 3 (time_us 1795631747223903); time_us x"),
+            "at event 3 (time_us …); time_us x"
+        );
     }
 
     #[test]
