@@ -167,7 +167,8 @@ fn pictures_are_made_for_walkthroughs_that_write_a_snapshot_and_checked() {
         [
             "ch01-pics-history.json",
             "ch01-pics-segments.svg",
-            "ch01-pics-timeline.svg"
+            "ch01-pics-timeline.svg",
+            "ch01-pics-walkthrough.txt"
         ]
     );
     let timeline = std::fs::read_to_string(pictures.join("ch01-pics-timeline.svg")).unwrap();
@@ -176,7 +177,7 @@ fn pictures_are_made_for_walkthroughs_that_write_a_snapshot_and_checked() {
     let (output, stdout, stderr) = pictures_cmd(true);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("3 files of 1 chapters are up to date"),
+        stdout.contains("4 files of 1 chapters are up to date"),
         "{stdout}"
     );
 

@@ -126,7 +126,8 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
             });
         }
     }
-    if args.chapters.is_empty() {
+    // A repository without the fixture's script (a test's) has no snapshots page to make.
+    if args.chapters.is_empty() && repo.root.join(FIXTURE_SCRIPT).is_file() {
         made.extend(snapshot_command_outputs(&repo)?);
     }
     if args.check {
@@ -330,6 +331,10 @@ const SNAPSHOT_COMMANDS: [(&str, &[&str]); 4] = [
     ),
 ];
 
+/// The script that writes the fixture snapshots [`SNAPSHOT_COMMANDS`] read, from the
+/// repository's root.
+const FIXTURE_SCRIPT: &str = "bench/make_big_snapshot.py";
+
 /// What each of [`SNAPSHOT_COMMANDS`] prints (its output, then its errors, as a terminal shows
 /// them), run by this program in a scratch directory that holds the fixture snapshots.
 fn snapshot_command_outputs(repo: &Repo) -> Result<Vec<Picture>> {
@@ -338,7 +343,7 @@ fn snapshot_command_outputs(repo: &Repo) -> Result<Vec<Picture>> {
         .prefix("workbook-snapshots-")
         .tempdir()
         .context("making a temporary directory for the fixture snapshots")?;
-    let script = repo.root.join("bench/make_big_snapshot.py");
+    let script = repo.root.join(FIXTURE_SCRIPT);
     for (file, variant) in [("before.pickle", "before"), ("after.pickle", "after")] {
         let output = Command::new("python3")
             .arg(&script)
