@@ -146,30 +146,32 @@ fn download_pinned_returns_the_data_in_one_pinned_copy() {
 
 #[test]
 fn download_pinned_queues_behind_the_work_already_on_its_stream() {
-    let dev = late_device();
-    let stream = dev.stream().expect("stream");
-    let data = batch_data(fresh_seed(), 1, 5000);
-    let mut buf = dev.alloc::<f32>(5000).expect("zeros");
-    // The zeros are written on the default stream: done before the upload is queued.
-    dev.synchronize().expect("synchronize");
-    // An upload queued on `stream` and not waited for: a download on the same stream comes after
-    // it; one on another stream (or none) reads the zeros still there.
-    let mut pinned = dev.alloc_pinned::<f32>(5000).expect("pinned");
-    pinned.as_mut_slice().copy_from_slice(&data);
-    pinned
-        .copy_to_device_async(&mut buf, &stream)
-        .expect("queued upload");
-    let back = download_pinned(&buf, &stream).expect("download_pinned");
-    assert!(
-        back == data,
-        "download_pinned must copy on the stream it is given, behind the upload queued there; \
+    gpumem::testing::seeded(|| {
+        let dev = late_device();
+        let stream = dev.stream().expect("stream");
+        let data = batch_data(fresh_seed(), 1, 5000);
+        let mut buf = dev.alloc::<f32>(5000).expect("zeros");
+        // The zeros are written on the default stream: done before the upload is queued.
+        dev.synchronize().expect("synchronize");
+        // An upload queued on `stream` and not waited for: a download on the same stream comes after
+        // it; one on another stream (or none) reads the zeros still there.
+        let mut pinned = dev.alloc_pinned::<f32>(5000).expect("pinned");
+        pinned.as_mut_slice().copy_from_slice(&data);
+        pinned
+            .copy_to_device_async(&mut buf, &stream)
+            .expect("queued upload");
+        let back = download_pinned(&buf, &stream).expect("download_pinned");
+        assert!(
+            back == data,
+            "download_pinned must copy on the stream it is given, behind the upload queued there; \
          yours read {} (the buffer before the upload ran: zeros)",
-        if back.iter().all(|&x| x == 0.0) {
-            "zeros"
-        } else {
-            "other values"
-        }
-    );
+            if back.iter().all(|&x| x == 0.0) {
+                "zeros"
+            } else {
+                "other values"
+            }
+        );
+    })
 }
 
 #[test]
