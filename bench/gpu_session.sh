@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# One lent-GPU session, in one call, most valuable first: the memory-limit test, the whole suite with
+# GPUMEM_DEVICE=cuda, the trace replays through gpumem and torch's allocator, real torch snapshots,
+# the allocator anchor, then short criterion runs. Each step has its own time limit, and what was seen
+# so far is packed into $OUT after every step, so a call stopped at its limit still brings back
+# everything before it.
+#
+# Here (where cargo is):  bash ../shared/gpu/bundle.sh && strip -o .gpu/workbook <release workbook>
+#                         tar -C . -cJf .gpu.tar.xz .gpu        (the executables travel packed)
+# On the GPU host:        bash bench/gpu_session.sh             (carry .gpu.tar.xz)
+# env: STEPS (regex of the step names to run, default all), TEST_LIMIT (seconds per test executable)
+set -u
+root=$(pwd)
+out=${OUT:-$root/gpu-out}
+logs=/tmp/gpu-logs
+steps=${STEPS:-.}
+mkdir -p "$out" "$logs"
+t0=$(date +%s)
+[ -d .gpu ] || tar -xJf .gpu.tar.xz
+pack() { tar -C /tmp -czf "$out/logs.tar.gz" gpu-logs 2>/dev/null; }
+note() { echo "$*" | tee -a "$out/summary.txt"; }
+elapsed() { echo $(($(date +%s) - t0)); }
+
+# the CUDA libraries the executables load (cublas, nvrtc), wherever the image keeps them
+libdirs=""
+for pat in 'libcublas.so.1[0-9]*' 'libcublasLt.so.1[0-9]*' 'libnvrtc.so.1[0-9]*' 'libnvrtc-builtins.so.1[0-9]*'; do
+  while IFS= read -r f; do
+    d=$(dirname "$f")
+    case ":$libdirs:" in *":$d:"*) ;; *) libdirs="$libdirs:$d" ;; esac
+  done < <(find /usr/local /opt /usr/lib /usr/lib64 \( -name "$pat" -a \( -type f -o -type l \) \) 2>/dev/null)
+done
+export LD_LIBRARY_PATH="${libdirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GPUMEM_DEVICE=cuda RUST_BACKTRACE=1
+
+{ date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv;
+  nvidia-smi | head -n 4; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)';
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; nproc; } > "$logs/env.txt" 2>&1
+cat "$logs/env.txt" >> "$out/summary.txt"
+
+# runs one test executable under its own limit; a line per executable in the summary
+run_test() {
+  local t=$1 n rc
+  n=$(basename "$t")
+  timeout -k 5 "${TEST_LIMIT:-90}" "$t" > "$logs/$n.log" 2>&1
+  rc=$?
+  note "$n rc=$rc $(grep -E '^test result:' "$logs/$n.log" | tail -n 1) [$(elapsed) s]"
+  [ $rc -eq 0 ] || grep -E -B2 -A25 "^---- |panicked|FAILED|failed" "$logs/$n.log" | head -n 60
+}
+
+if [[ suite =~ $steps ]]; then
+  # memory_limit first: a CUDA context under the RLIMIT_DATA that check and grade set
+  for t in .gpu/bin/*memory_limit*; do run_test "$t"; done
+  for t in .gpu/bin/gpumem__lib__*; do run_test "$t"; done
+  for t in .gpu/bin/*; do
+    n=$(basename "$t")
+    [[ $n =~ ^workbook__|memory_limit|^gpumem__lib__ ]] && continue
+    run_test "$t"
+  done
+  pack
+fi
+
+if [[ replay =~ $steps ]]; then
+  note "--- replay [$(elapsed) s]"
+  timeout 120 .gpu/workbook replay --device cuda --json bench/traces/*.json > "$out/gpumem-cuda.json" 2> "$logs/replay-gpumem.err"
+  note "workbook replay rc=$?"
+  timeout 120 .gpu/workbook replay --device cuda bench/traces/*.json > "$logs/replay-gpumem.txt" 2>&1
+  timeout 120 python3 bench/torch_replay.py --json bench/traces/*.json > "$out/torch.json" 2> "$logs/replay-torch.err"
+  note "torch_replay rc=$?"
+  timeout 120 python3 bench/torch_replay.py bench/traces/*.json > "$logs/replay-torch.txt" 2>&1
+  timeout 120 python3 bench/torch_replay.py --raw bench/traces/*.json > "$logs/replay-torch-raw.txt" 2>&1
+  python3 bench/compare_replay.py "$out/gpumem-cuda.json" "$out/torch.json" > "$logs/compare.md" 2>&1
+  cat "$logs/compare.md" >> "$out/summary.txt"
+  pack
+fi
+
+if [[ snapshot =~ $steps ]]; then
+  note "--- snapshots [$(elapsed) s]"
+  mkdir -p /tmp/snaps
+  for m in train oom oom-expandable; do
+    timeout 120 python3 bench/record_torch_snapshot.py $m /tmp/snaps/torch-2.11-$m.pickle >> "$out/summary.txt" 2>> "$logs/snapshots.err"
+    note "snapshot $m rc=$?"
+    timeout 60 .gpu/workbook inspect /tmp/snaps/torch-2.11-$m.pickle > "$logs/inspect-$m.txt" 2>&1
+    note "workbook inspect $m rc=$?"
+  done
+  tar -C /tmp -czf "$out/snapshots.tar.gz" snaps
+  pack
+fi
+
+if [[ anchor =~ $steps ]]; then
+  note "--- torch_alloc [$(elapsed) s]"
+  timeout 90 python3 bench/torch_alloc.py > "$logs/torch_alloc.txt" 2>&1
+  tail -n 20 "$logs/torch_alloc.txt" >> "$out/summary.txt"
+  pack
+fi
+
+if [[ bench =~ $steps ]]; then
+  export CRITERION_HOME=/tmp/gpu-logs/criterion
+  for b in .gpu/bench/*; do
+    n=$(basename "$b")
+    [[ $n =~ snapshot_replay ]] && continue   # the pickle reader: no GPU in it
+    note "--- bench $n [$(elapsed) s]"
+    timeout 150 "$b" --bench --warm-up-time 0.5 --measurement-time 2 --noplot > "$logs/bench-$n.log" 2>&1
+    note "bench $n rc=$?"
+    grep -E -B1 'time:|thrpt:' "$logs/bench-$n.log" >> "$out/summary.txt"
+    pack
+  done
+fi
+note "done [$(elapsed) s]"
+pack
