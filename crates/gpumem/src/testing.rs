@@ -224,6 +224,34 @@ pub fn device() -> TestDevice {
     }
 }
 
+pub use crate::raw::driver::CudaStatus;
+
+/// Runs `body` with `gpumem::cuda::is_available`, `device_count` and `unavailable_reason`
+/// answering `status` on this thread, and `Device::cuda(n)` failing as it would under it
+/// (`CudaUnavailable` with its reason, `NoSuchDevice` past its count; a device the status claims
+/// but this machine lacks is `CudaUnavailable`): code written for a machine with a GPU, or for a
+/// driver that fails in a given way, is exercised anywhere. Other threads see the real driver.
+pub fn with_cuda_status<R>(status: CudaStatus, body: impl FnOnce() -> R) -> R {
+    let _fed = crate::raw::driver::feed_status(status);
+    body()
+}
+
+/// Runs `body` with `Device::properties` answering `properties` for every device on this thread,
+/// so that code formatting them is checked against values it cannot have copied.
+pub fn with_device_properties<R>(
+    properties: crate::raw::backend::DeviceProperties,
+    body: impl FnOnce() -> R,
+) -> R {
+    let _fed = crate::memory::device::feed_properties(properties);
+    body()
+}
+
+/// How many times `Device::by_name` has been called in this process so far: an exercise that
+/// must build the same choice itself is checked not to call it (read before and after).
+pub fn by_name_calls() -> u64 {
+    crate::memory::device::by_name_calls()
+}
+
 /// Brings a device back to a clean state: settings as at start-up (cpu streams as
 /// `GPUMEM_CPU_STREAMS` says), no cache, counters zero.
 pub fn reset(device: &Device) {

@@ -2,8 +2,8 @@
 
 use ch01_availability::{choose_device, cuda_status, describe};
 use ch01_predict::predict_first_allocations;
-use gpumem::testing::{Draw, Prediction};
-use gpumem::{Device, DeviceKind, Error, format_bytes};
+use gpumem::testing::{CudaStatus, Draw, Prediction, with_cuda_status, with_device_properties};
+use gpumem::{Device, DeviceKind, DeviceProperties, Error, format_bytes};
 
 /// The allocator counters that choosing or describing a device must leave untouched.
 fn footprint(dev: &Device) -> (u64, u64, u64, u64) {
@@ -15,6 +15,19 @@ fn footprint(dev: &Device) -> (u64, u64, u64, u64) {
         get("num_device_alloc"),
         dev.transfer_stats().total_copies(),
     )
+}
+
+/// A reason the driver could give for CUDA being unavailable, drawn on this run: a line copied
+/// from the walkthrough or a failure matches none of them.
+fn drawn_reason(draw: &mut Draw) -> String {
+    let reasons = [
+        "the driver found no CUDA device",
+        "the CUDA driver failed to initialise: CUDA_ERROR_UNKNOWN",
+        "no CUDA driver library (libcuda.so) could be loaded",
+        "the NVIDIA driver supports CUDA 11.8, older than the CUDA 13.0 this build is for",
+    ];
+    let reason = reasons[draw.range(0, reasons.len() as u64 - 1) as usize];
+    format!("{reason} (case {})", draw.range(1, 1_000_000))
 }
 
 /// Every device this machine can open: `cpu`, and `cuda:0` when there is a GPU.
@@ -35,7 +48,33 @@ fn cuda_status_reports_count_or_reason() {
         None => format!("CUDA available: {} device(s)", gpumem::cuda::device_count()),
         Some(reason) => format!("CUDA not available: {reason}"),
     };
-    assert_eq!(cuda_status(), expected);
+    assert_eq!(cuda_status(), expected, "on this machine");
+    // Then under statuses drawn on this run, fed to gpumem::cuda: a GPU machine's branch runs
+    // here too, and a line copied from the walkthrough or a failure passes no more than one case.
+    gpumem::testing::seeded(|| {
+        let mut draw = Draw::from_env();
+        let devices = draw.range(1, 16) as usize;
+        with_cuda_status(CudaStatus::Available { devices }, || {
+            assert_eq!(
+                cuda_status(),
+                format!("CUDA available: {devices} device(s)"),
+                "when the driver reports {devices} device(s)"
+            );
+        });
+        let reason = drawn_reason(&mut draw);
+        with_cuda_status(
+            CudaStatus::Unavailable {
+                reason: reason.clone(),
+            },
+            || {
+                assert_eq!(
+                    cuda_status(),
+                    format!("CUDA not available: {reason}"),
+                    "when the driver says {reason:?}"
+                );
+            },
+        );
+    })
 }
 
 // --- choose_device ---------------------------------------------------------------------------
@@ -102,6 +141,44 @@ fn choose_device_never_falls_back_when_cuda_is_asked_for() {
             );
         }
     }
+    // The other machine's branch too, under statuses drawn on this run: the error is the one
+    // Device::cuda gives, with the driver's reason or the device count.
+    gpumem::testing::seeded(|| {
+        let mut draw = Draw::from_env();
+        let reason = drawn_reason(&mut draw);
+        with_cuda_status(
+            CudaStatus::Unavailable {
+                reason: reason.clone(),
+            },
+            || {
+                for spelling in ["cuda", "cuda:0", " Cuda:1 "] {
+                    match choose_device(Some(spelling)) {
+                        Err(Error::CudaUnavailable { reason: given }) => {
+                            assert_eq!(given, reason, "the reason Device::cuda gives")
+                        }
+                        other => panic!(
+                            "{spelling:?} with the driver saying {reason:?} gave {other:?}, \
+                             not CudaUnavailable"
+                        ),
+                    }
+                }
+                let auto = choose_device(None).expect("auto falls back to cpu without CUDA");
+                assert_eq!(auto.kind(), DeviceKind::Cpu, "auto without CUDA");
+            },
+        );
+        let devices = draw.range(1, 8) as usize;
+        with_cuda_status(CudaStatus::Available { devices }, || {
+            let past = format!("cuda:{devices}");
+            match choose_device(Some(&past)) {
+                Err(Error::NoSuchDevice { ordinal, count }) => {
+                    assert_eq!((ordinal, count), (devices, devices), "{past:?}")
+                }
+                other => {
+                    panic!("{past:?} with {devices} device(s) gave {other:?}, not NoSuchDevice")
+                }
+            }
+        });
+    })
 }
 
 #[test]
@@ -123,7 +200,15 @@ fn choose_device_agrees_with_by_name() {
     for spelling in [
         "auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:7", " Cuda ", "tpu",
     ] {
+        let calls_before = gpumem::testing::by_name_calls();
         let ours = choose_device(Some(spelling)).map(|d| d.kind());
+        assert_eq!(
+            gpumem::testing::by_name_calls(),
+            calls_before,
+            "choose_device({spelling:?}) called Device::by_name (directly or through \
+             Device::from_env): build the choice from gpumem::cuda::is_available, Device::cpu \
+             and Device::cuda, as its doc comment says"
+        );
         let theirs = Device::by_name(spelling).map(|d| d.kind());
         assert_eq!(
             format!("{ours:?}"),
@@ -168,6 +253,25 @@ fn describe_cpu_uses_the_fixed_format() {
         p.multi_processor_count
     );
     assert_eq!(describe(&cpu).expect("describe cpu"), expected);
+    // Then properties drawn on this run, fed to Device::properties: a line copied from a
+    // failure matches none of them.
+    gpumem::testing::seeded(|| {
+        let mut draw = Draw::from_env();
+        let fed = DeviceProperties {
+            name: format!("Test CPU model {}", draw.range(1, 10_000)),
+            total_memory: draw.range(1 << 20, 1 << 40),
+            multi_processor_count: draw.range(1, 256) as u32,
+            compute_capability: (0, 0),
+        };
+        let expected = format!(
+            "cpu: {}, {}, {} cores",
+            fed.name,
+            format_bytes(fed.total_memory),
+            fed.multi_processor_count
+        );
+        let got = with_device_properties(fed.clone(), || describe(&cpu).expect("describe cpu"));
+        assert_eq!(got, expected, "for a cpu whose properties are {fed:?}");
+    })
 }
 
 #[test]

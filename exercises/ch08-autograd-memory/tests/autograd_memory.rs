@@ -315,29 +315,83 @@ fn backward_twice_frees_the_graph_with_the_second_backward() -> anyhow::Result<(
 
 // ---- the source's example, corrected ----
 
+/// The block of an `[n, n]` f32 tensor: its bytes rounded up to a multiple of 512 (1000 × 1000:
+/// 4,000,000 B, a block of 4,000,256; 100 × 100: 40,000 B, a block of 40,448).
+fn block(n: usize) -> u64 {
+    (n as u64 * n as u64 * 4).div_ceil(512).max(1) * 512
+}
+
+/// The page's size, then two drawn on this run: numbers copied from the page or a failure pass
+/// one case at most.
+fn example_sizes(page: usize) -> Vec<usize> {
+    let mut draw = gpumem::testing::Draw::from_env();
+    vec![page, draw.size(16, 1200), draw.size(16, 1200)]
+}
+
+/// `example(dev, n, use_no_grad)`, checked to have made `x` and `y` on the device (at least
+/// two allocations): numbers worked out without running the example do not pass.
+fn run_example(
+    dev: &Device,
+    example: fn(&Device, usize, bool) -> gpumem::Result<u64>,
+    n: usize,
+    use_no_grad: bool,
+) -> anyhow::Result<u64> {
+    gpumem::testing::reset(dev);
+    let count = || {
+        dev.memory_stats()
+            .get("allocation.all.allocated")
+            .unwrap_or(0)
+    };
+    let before = count();
+    let kept = example(dev, n, use_no_grad)?;
+    let made = count() - before;
+    anyhow::ensure!(
+        made >= 2,
+        "n = {n}, use_no_grad = {use_no_grad}: {made} allocation(s) on the device; running the \
+         example makes at least two (x, then y): measure it, do not work it out"
+    );
+    Ok(kept)
+}
+
 #[test]
 fn times_two_keeps_only_its_result_with_or_without_no_grad() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
-    // 1000 × 1000 f32 is 4,000,000 B; its block is rounded up to a multiple of 512 B.
-    let block = 4_000_256;
-    assert_eq!(kept_by_times_two(&dev, 1000, false)?, block, "with grad");
-    assert_eq!(kept_by_times_two(&dev, 1000, true)?, block, "under no_grad");
-    Ok(())
+    seeded(|| {
+        for n in example_sizes(1000) {
+            let b = block(n);
+            let with_grad = run_example(&dev, kept_by_times_two, n, false)?;
+            anyhow::ensure!(
+                with_grad == b,
+                "n = {n}, with grad: {with_grad}, expected {b}"
+            );
+            let no_grad = run_example(&dev, kept_by_times_two, n, true)?;
+            anyhow::ensure!(
+                no_grad == b,
+                "n = {n}, under no_grad: {no_grad}, expected {b}"
+            );
+        }
+        Ok(())
+    })
 }
 
 #[test]
 fn times_two_then_gelu_keeps_the_product_only_with_grad() -> anyhow::Result<()> {
     let dev = gpumem::testing::device();
-    let block = 40_448; // 100 × 100 f32 is 40,000 B, rounded up to a multiple of 512
-    assert_eq!(
-        kept_by_times_two_then_gelu(&dev, 100, true)?,
-        block,
-        "under no_grad"
-    );
-    assert_eq!(
-        kept_by_times_two_then_gelu(&dev, 100, false)?,
-        2 * block,
-        "with grad: the result and gelu's saved input"
-    );
-    Ok(())
+    seeded(|| {
+        for n in example_sizes(100) {
+            let b = block(n);
+            let no_grad = run_example(&dev, kept_by_times_two_then_gelu, n, true)?;
+            anyhow::ensure!(
+                no_grad == b,
+                "n = {n}, under no_grad: {no_grad}, expected {b}"
+            );
+            let with_grad = run_example(&dev, kept_by_times_two_then_gelu, n, false)?;
+            anyhow::ensure!(
+                with_grad == 2 * b,
+                "n = {n}, with grad (the result and gelu's saved input): {with_grad}, expected {}",
+                2 * b
+            );
+        }
+        Ok(())
+    })
 }

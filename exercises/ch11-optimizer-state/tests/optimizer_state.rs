@@ -309,8 +309,18 @@ fn relu_in_place_peaks_at_what_the_graph_keeps() -> anyhow::Result<()> {
 
 // ---- the source's example ----
 
-/// 1000 × 1000 f32: 4,000,000 bytes, a block of 4,000,256.
-const BLOCK: u64 = 4_000_256;
+/// The block of an `[n, n]` f32 tensor: its bytes rounded up to a multiple of 512. 1000 × 1000:
+/// 4,000,000 bytes, a block of 4,000,256.
+fn block(n: usize) -> u64 {
+    (n as u64 * n as u64 * 4).div_ceil(512).max(1) * 512
+}
+
+/// The page's size (1000), then two drawn on this run: numbers copied from the page or a failure
+/// pass one case at most.
+fn relu_sizes() -> Vec<usize> {
+    let mut draw = gpumem::testing::Draw::from_env();
+    vec![1000, draw.size(16, 1200), draw.size(16, 1200)]
+}
 
 /// A 16 MB peak from earlier work, gone before `relu_memory` runs: its own peak must not see it.
 fn earlier_peak(dev: &Device) -> anyhow::Result<()> {
@@ -318,41 +328,79 @@ fn earlier_peak(dev: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `relu_memory(dev, n, variant)`, checked to have made `x` and `y` on the device (at least
+/// `allocations` blocks): numbers worked out without running the example do not pass.
+fn run_relu(
+    dev: &Device,
+    n: usize,
+    variant: Variant,
+    allocations: u64,
+) -> anyhow::Result<ReluMemory> {
+    gpumem::testing::reset(dev);
+    earlier_peak(dev)?;
+    let count = || {
+        dev.memory_stats()
+            .get("allocation.all.allocated")
+            .unwrap_or(0)
+    };
+    let before = count();
+    let got = relu_memory(dev, n, variant)?;
+    let made = count() - before;
+    anyhow::ensure!(
+        made >= allocations,
+        "relu_memory(dev, {n}, {variant:?}) made {made} allocation(s) on the device; running the \
+         example makes at least {allocations} (x, then y): measure it, do not work it out"
+    );
+    Ok(got)
+}
+
 #[test]
 fn relu_out_of_place_keeps_one_block() -> anyhow::Result<()> {
     let dev = device();
-    earlier_peak(&dev)?;
-    let got = relu_memory(&dev, 1000, Variant::OutOfPlace)?;
-    assert_eq!(
-        got,
-        ReluMemory {
-            kept: BLOCK,
-            peak: BLOCK
+    seeded(|| {
+        for n in relu_sizes() {
+            let got = run_relu(&dev, n, Variant::OutOfPlace, 2)?;
+            let b = block(n);
+            anyhow::ensure!(
+                got == ReluMemory { kept: b, peak: b },
+                "n = {n}: got {got:?}, expected kept {b} and peak {b}"
+            );
         }
-    );
-    Ok(())
+        Ok(())
+    })
 }
 
 #[test]
 fn relu_then_clone_doubles_the_peak() -> anyhow::Result<()> {
     let dev = device();
-    earlier_peak(&dev)?;
-    let got = relu_memory(&dev, 1000, Variant::Clone)?;
-    assert_eq!(
-        got,
-        ReluMemory {
-            kept: BLOCK,
-            peak: 2 * BLOCK
+    seeded(|| {
+        for n in relu_sizes() {
+            let got = run_relu(&dev, n, Variant::Clone, 3)?;
+            let b = block(n);
+            anyhow::ensure!(
+                got == ReluMemory {
+                    kept: b,
+                    peak: 2 * b
+                },
+                "n = {n}: got {got:?}, expected kept {b} and peak {}",
+                2 * b
+            );
         }
-    );
-    Ok(())
+        Ok(())
+    })
 }
 
 #[test]
 fn relu_in_place_allocates_nothing() -> anyhow::Result<()> {
     let dev = device();
-    earlier_peak(&dev)?;
-    let got = relu_memory(&dev, 1000, Variant::InPlace)?;
-    assert_eq!(got, ReluMemory { kept: 0, peak: 0 });
-    Ok(())
+    seeded(|| {
+        for n in relu_sizes() {
+            let got = run_relu(&dev, n, Variant::InPlace, 1)?;
+            anyhow::ensure!(
+                got == ReluMemory { kept: 0, peak: 0 },
+                "n = {n}: got {got:?}, expected kept 0 and peak 0"
+            );
+        }
+        Ok(())
+    })
 }

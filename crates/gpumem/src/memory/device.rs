@@ -106,6 +106,39 @@ impl PartialEq for Device {
 
 impl Eq for Device {}
 
+/// How many times [`Device::by_name`] has been called in this process: an exercise told to build
+/// the same choice without it is checked not to call it (`gpumem::testing::by_name_calls`).
+static BY_NAME_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times [`Device::by_name`] has been called in this process.
+pub(crate) fn by_name_calls() -> u64 {
+    BY_NAME_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+thread_local! {
+    /// Properties a test fed this thread ([`feed_properties`]), answered for every device.
+    static FED_PROPERTIES: std::cell::RefCell<Option<DeviceProperties>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Makes [`Device::properties`] answer `properties` on this thread until the guard is dropped.
+pub(crate) fn feed_properties(properties: DeviceProperties) -> FedProperties {
+    let previous = FED_PROPERTIES.with(|fed| fed.replace(Some(properties)));
+    FedProperties { previous }
+}
+
+/// Puts back what [`Device::properties`] answered before [`feed_properties`] when dropped.
+pub(crate) struct FedProperties {
+    previous: Option<DeviceProperties>,
+}
+
+impl Drop for FedProperties {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        FED_PROPERTIES.with(|fed| fed.replace(previous));
+    }
+}
+
 fn registry() -> &'static Mutex<HashMap<DeviceKind, Device>> {
     static REGISTRY: OnceLock<Mutex<HashMap<DeviceKind, Device>>> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
@@ -119,6 +152,26 @@ impl Device {
 
     /// `cuda:ordinal`; an error when CUDA is unavailable or there is no such device.
     pub fn cuda(ordinal: usize) -> Result<Device> {
+        if crate::raw::driver::fed_status().is_some() {
+            // A status a test fed: its errors, and never a device that is not really there.
+            if let Some(reason) = crate::raw::driver::unavailable_reason() {
+                return Err(Error::CudaUnavailable { reason });
+            }
+            let count = crate::raw::driver::device_count();
+            if ordinal >= count {
+                return Err(Error::NoSuchDevice { ordinal, count });
+            }
+            let real = crate::raw::driver::probe_device_count();
+            if ordinal >= real {
+                return Err(Error::CudaUnavailable {
+                    reason: format!(
+                        "cuda:{ordinal} exists only in the CUDA status a test fed \
+                         (gpumem::testing::with_cuda_status); this machine has {real} CUDA \
+                         device(s)"
+                    ),
+                });
+            }
+        }
         Device::open(DeviceKind::Cuda(ordinal))
     }
 
@@ -152,6 +205,7 @@ impl Device {
 
     /// The device for a name: `auto`, `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
     pub fn by_name(name: &str) -> Result<Device> {
+        BY_NAME_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let trimmed = name.trim();
         let bad = || Error::BadDeviceName {
             value: name.to_string(),
@@ -225,6 +279,9 @@ impl Device {
 
     /// Name, memory, multiprocessors and compute capability (cpu: model name, capacity, cores).
     pub fn properties(&self) -> Result<DeviceProperties> {
+        if let Some(fed) = FED_PROPERTIES.with(|fed| fed.borrow().clone()) {
+            return Ok(fed);
+        }
         self.inner.backend.properties()
     }
 

@@ -141,19 +141,76 @@ fn version_words(version: i32) -> String {
     format!("{}.{}", version / 1000, (version % 1000) / 10)
 }
 
+/// What [`is_available`], [`device_count`] and [`unavailable_reason`] answer on one thread while
+/// a test feeds them a status of its own (`gpumem::testing::with_cuda_status`), so that code for
+/// a machine with a GPU is exercised on one without.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CudaStatus {
+    /// CUDA can be used, with this many devices (at least one).
+    Available {
+        /// How many devices the driver reports.
+        devices: usize,
+    },
+    /// CUDA cannot be used, for this reason.
+    Unavailable {
+        /// Why not, as a plain sentence.
+        reason: String,
+    },
+}
+
+thread_local! {
+    static FED: std::cell::RefCell<Option<CudaStatus>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The status a test fed this thread, if any.
+pub(crate) fn fed_status() -> Option<CudaStatus> {
+    FED.with(|fed| fed.borrow().clone())
+}
+
+/// Feeds `status` to this thread's answers until the returned guard is dropped.
+pub(crate) fn feed_status(status: CudaStatus) -> FedStatus {
+    let previous = FED.with(|fed| fed.replace(Some(status)));
+    FedStatus { previous }
+}
+
+/// Puts back the status a thread had before [`feed_status`] when dropped.
+pub(crate) struct FedStatus {
+    previous: Option<CudaStatus>,
+}
+
+impl Drop for FedStatus {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        FED.with(|fed| fed.replace(previous));
+    }
+}
+
+/// How many CUDA devices the driver really reports, whatever status a test fed.
+pub(crate) fn probe_device_count() -> usize {
+    probe().device_count
+}
+
 /// Whether at least one CUDA device can be used (never panics, needs no CUDA install).
 pub fn is_available() -> bool {
-    probe().unavailable.is_none()
+    unavailable_reason().is_none()
 }
 
 /// How many CUDA devices the driver reports; 0 when CUDA is unavailable.
 pub fn device_count() -> usize {
-    probe().device_count
+    match fed_status() {
+        Some(CudaStatus::Available { devices }) => devices,
+        Some(CudaStatus::Unavailable { .. }) => 0,
+        None => probe().device_count,
+    }
 }
 
 /// Why CUDA cannot be used, as a plain sentence; `None` when it can.
 pub fn unavailable_reason() -> Option<String> {
-    probe().unavailable.clone()
+    match fed_status() {
+        Some(CudaStatus::Available { .. }) => None,
+        Some(CudaStatus::Unavailable { reason }) => Some(reason),
+        None => probe().unavailable.clone(),
+    }
 }
 
 /// Whether the CUDA driver library itself (`libcuda.so`) could be loaded.
@@ -193,6 +250,10 @@ pub fn library_status() -> Vec<(&'static str, Result<(), String>)> {
 /// cuda. Probed once per process.
 pub fn auto_cpu_reason() -> Option<String> {
     static REASON: OnceLock<Option<String>> = OnceLock::new();
+    if fed_status().is_some() {
+        // A fed status is one thread's, for a while: never cached for the process.
+        return cpu_reason(unavailable_reason(), library_status());
+    }
     REASON
         .get_or_init(|| cpu_reason(unavailable_reason(), library_status()))
         .clone()

@@ -304,7 +304,8 @@ pub const PREDICTION_NOTE: &str = "src/predict.rs is built on its own, without g
 /// Whether a compiler error is a prediction (`src/predict.rs`) reaching for a crate it cannot use.
 fn measures_in_a_prediction(error: &str) -> bool {
     error.contains("predict.rs")
-        && (error.contains("unresolved module or unlinked crate")
+        && (error.contains("a prediction cannot run programs")
+            || error.contains("unresolved module or unlinked crate")
             || error.contains("unresolved import")
             || error.contains("can't find crate"))
 }
@@ -652,6 +653,12 @@ mod tests {
         assert!(!measures_in_a_prediction(
             "error[E0433]: use of unresolved module or unlinked crate `foo`\n --> src/lib.rs:3:5"
         ));
+        let door = crate::run::prediction_guard::first_door("use std::process;").expect("a door");
+        let error = format!(
+            "error: {}\n --> exercises/ch01-availability/src/predict.rs:40:1",
+            door.compile_error()
+        );
+        assert!(measures_in_a_prediction(&error), "{error}");
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Running learner code: scratch workspaces that lay a `src/` over an official crate
-//! ([`scratch`]), the runner that builds test executables and runs every test in a process of its
+//! ([`scratch`]; a `src/predict.rs` that reaches outside the process fails to build there,
+//! [`prediction_guard`]), the runner that builds test executables and runs every test in a process of its
 //! own ([`runner`]), and the sandbox those processes run in when grading ([`sandbox`]), in one of
 //! its two tiers (namespaces made by bubblewrap, or [`landlocked`]).
 
 #[cfg(target_os = "linux")]
 pub mod landlocked;
+pub mod prediction_guard;
 pub mod runner;
 #[cfg(target_os = "linux")]
 pub mod sandbox;

@@ -240,6 +240,7 @@ pub fn prepare_workspace(
         let src = crate_dir.join("src");
         mirror(m.src_overlay, &src, Path::new(""), &|_| false)
             .with_context(|| format!("copying {} to {}", m.src_overlay.display(), src.display()))?;
+        refuse_doors_in_predictions(&src.join("predict.rs"))?;
         crates.push((crate_dir, package));
     }
     // The workspace root holds only what we write: anything else is removed.
@@ -298,6 +299,18 @@ pub fn mirror_with(
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
         write_if_changed(&path, bytes)?;
+    }
+    Ok(())
+}
+
+/// Appends a compile error to a scratch copy of `src/predict.rs` that reaches outside the
+/// process ([`prediction_guard`](super::prediction_guard)): its build then fails, naming why.
+fn refuse_doors_in_predictions(predict: &Path) -> Result<()> {
+    let Ok(source) = std::fs::read_to_string(predict) else {
+        return Ok(());
+    };
+    if let Some(door) = super::prediction_guard::first_door(&source) {
+        write_if_changed(predict, (source + &door.compile_error()).as_bytes())?;
     }
     Ok(())
 }
