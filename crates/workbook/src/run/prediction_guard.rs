@@ -6,30 +6,31 @@
 //! of them gets a compile error saying which and where, so `check`, `grade` and `verify` refuse
 //! it as the compiler refuses a prediction that calls gpumem.
 //!
-//! Rust cannot reach a module or a macro without writing its name (no reflection; `macro_rules!`
-//! cannot glue identifiers together; `r#process` is `process`), so looking at the identifiers,
-//! outside comments and literals, is enough.
+//! Rust cannot reach a module or a macro without writing its name (no reflection; `r#process` is
+//! `process`), so looking at the identifiers, outside comments and literals, is enough, once a
+//! prediction may not define a macro (`macro_rules!` can paste a name given as a plain word into
+//! a path) nor build another file as a module.
 
-/// The names a prediction may not use, with what each would let it do.
-const DOORS: &[(&str, &str)] = &[
+/// std's modules that lead out of the process, with what each would let a prediction do: refused
+/// in a path (`std::process::Command`, `process::exit`) or a `use` (`use std::{fs, io}`), never
+/// as a plain name (`let net = ...` is fine).
+const MODULES: &[(&str, &str)] = &[
     ("process", "runs a program"),
-    ("Command", "runs a program"),
     ("fs", "reads or writes files"),
-    ("File", "reads or writes files"),
-    ("OpenOptions", "reads or writes files"),
     ("net", "uses the network"),
     ("env", "reads the environment"),
+    ("os", "uses the operating system's own modules"),
+];
+
+/// Macros that read files or the environment at build time, refused when called (`name!`).
+const MACROS: &[(&str, &str)] = &[
+    ("env", "reads the environment at build time"),
     ("option_env", "reads the environment at build time"),
     ("include", "includes another file at build time"),
     ("include_str", "reads a file at build time"),
     ("include_bytes", "reads a file at build time"),
-    ("stdin", "reads input"),
-    ("os", "uses the operating system's own modules"),
-    ("extern", "links another crate or library"),
-    ("path", "names a file to build as a module"),
 ];
 
-/// What a prediction's source uses that it may not: the name, its line, and what it would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Door {
     /// The name as the compiler reads it (`process` for `r#process`).
@@ -53,30 +54,58 @@ impl Door {
     }
 }
 
-/// The first door to the outside that `source` (a `src/predict.rs`) uses, if any; `mod name;`
-/// (a module read from another file, which this check would not see) counts as one.
+/// The first door to the outside that `source` (a `src/predict.rs`) uses, if any. Besides std's
+/// modules and macros: `extern` (another crate or a C library), and what this check would not
+/// see through: a module read from another file (`mod name;`, `#[path = "..."]`) and a macro of
+/// its own (`macro_rules!`, which could paste a name into a path).
 pub fn first_door(source: &str) -> Option<Door> {
     let tokens = tokens(source);
+    let punct = |i: Option<usize>, c: char| i.and_then(|i| tokens.get(i)) == Some(&Token::Punct(c));
+    let mut in_use = false;
     for (i, token) in tokens.iter().enumerate() {
         let Token::Word(word, line) = token else {
+            if punct(Some(i), ';') {
+                in_use = false;
+            }
             continue;
         };
-        if let Some((_, does)) = DOORS.iter().find(|(name, _)| name == word) {
-            return Some(Door {
+        let door = |does| {
+            Some(Door {
                 name: word.clone(),
                 line: *line,
                 does,
-            });
+            })
+        };
+        if word == "use" {
+            in_use = true;
+        }
+        let in_path = (punct(i.checked_sub(2), ':') && punct(i.checked_sub(1), ':'))
+            || (punct(Some(i + 1), ':') && punct(Some(i + 2), ':'));
+        if let Some((_, does)) = MODULES.iter().find(|(name, _)| name == word)
+            && (in_path || in_use)
+        {
+            return door(does);
+        }
+        if let Some((_, does)) = MACROS.iter().find(|(name, _)| name == word)
+            && punct(Some(i + 1), '!')
+        {
+            return door(does);
+        }
+        if word == "macro_rules" {
+            // `m!(process)` with `std::$a::Command` inside would build a path unseen here.
+            return door("defines a macro, which could build a path this check cannot see");
+        }
+        if word == "extern" {
+            return door("links another crate or library");
+        }
+        if word == "path" && punct(Some(i + 1), '=') {
+            return door("names another file to build as a module");
         }
         if word == "mod"
             && matches!(tokens.get(i + 1), Some(Token::Word(..)))
-            && matches!(tokens.get(i + 2), Some(Token::Punct(';')))
+            && punct(Some(i + 2), ';')
         {
-            return Some(Door {
-                name: "mod".to_string(),
-                line: *line,
-                does: "builds another file as a module",
-            });
+            return door("builds another file as a module");
         }
     }
     None
@@ -237,7 +266,10 @@ mod tests {
             "mod other;",
             "extern crate std as s;",
             "use std::os::unix::ffi::OsStrExt;",
-            "macro_rules! m { ($a:ident) => { std::$a::Command::new(\"x\") } }",
+            "use std::{io, fs};",
+            "use std as s; fn f() { s::process::exit(0) }",
+            "fn f() -> u64 { env!(\"HOME\").len() as u64 }",
+            "macro_rules! m { ($a:ident) => { std::$a::Command::new(\"x\") } } fn f() { m!(process); }",
         ] {
             assert!(first_door(source).is_some(), "{source:?} was not refused");
         }
@@ -252,7 +284,8 @@ mod tests {
                       let _ = r#\"std::fs \" still raw\"#;\n\
                       let _ = b\"env\";\n\
                       (x, '\\'', \"std::process \\\" env\")\n}\n\
-                      mod inline { pub fn fs_free() {} }\n";
+                      mod inline { pub fn fs_free() {} }\n\
+                      fn g(net: u64, os: u64, env: u64, path: &str) -> u64 { let fs = net + os + env; fs }\n";
         assert_eq!(door(source), None);
     }
 
