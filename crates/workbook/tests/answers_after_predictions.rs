@@ -7,7 +7,8 @@
 //! counts as an answer when it is distinctive: at least 1000, not a power of two and not a whole
 //! number of MiB (the rules' own constants, 512 B or 2 MiB, are the lesson and appear
 //! everywhere). Chapters 3 and 10 predict only such numbers (and yes/no), so they have nothing
-//! distinctive to look for.
+//! distinctive to look for; chapter 10 is checked by its own test, for its peaks in MiB and for
+//! its fixes named before its exercises.
 
 use std::path::Path;
 
@@ -35,6 +36,9 @@ mod ch08;
 #[path = "../../../solutions/ch09-checkpointing/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch09;
+#[path = "../../../solutions/ch10-out-of-memory/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch10;
 #[path = "../../../solutions/ch11-optimizer-state/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch11;
@@ -239,6 +243,72 @@ fn no_prediction_answer_is_stated_outside_a_reveal_or_in_a_quiz() {
         leaks.is_empty(),
         "a prediction's answer stated before the learner predicts it (move it into a \
          <details class=\"wb-answer\"> reveal, or change the example's sizes):\n{}",
+        leaks.join("\n")
+    );
+}
+
+/// The text of `page` from its heading `heading` to the next `## ` heading.
+fn section<'a>(page: &'a str, heading: &str) -> &'a str {
+    let Some(start) = page.find(heading) else {
+        return "";
+    };
+    let rest = &page[start + heading.len()..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// Chapter 10 predicts whether each fix saves the workload, its peak in whole MiB and its
+/// retries, which the number search above skips: its peaks other than the workload's own sizes
+/// (the 100 MiB staging buffer, the 130 MiB budget) are looked for in MiB, and the fixes'
+/// settings must not be named in "Myth vs measurement" or the quiz, which come before the
+/// exercises that make and predict them.
+#[test]
+fn chapter_10_states_no_fix_and_no_peak_before_its_exercises() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let chapter = "ch10-out-of-memory";
+    let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
+        .expect("the chapter's page");
+    let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
+        .expect("the chapter's quiz");
+    let outside = outside_reveals(&page);
+    let mut leaks = Vec::new();
+    let mut peaks: Vec<u64> = ch10::CASES
+        .iter()
+        .map(|&c| ch10::predict(c).peak_reserved_mib)
+        .filter(|&mib| mib != 100 && mib != 130)
+        .collect();
+    peaks.dedup();
+    assert!(!peaks.is_empty(), "a peak of the prediction to look for");
+    for (what, text) in [("page", outside.as_str()), ("quiz", quiz.as_str())] {
+        for mib in &peaks {
+            for spelling in [format!("{mib} MiB"), format!("{mib}.00 MiB")] {
+                for (i, line) in text.lines().enumerate() {
+                    if line.contains(&spelling) {
+                        leaks.push(format!("{what} line {}: {spelling} in {line:?}", i + 1));
+                    }
+                }
+            }
+        }
+    }
+    let myth = section(&outside, "## Myth vs measurement");
+    assert!(
+        !myth.is_empty(),
+        "the page has a Myth vs measurement section"
+    );
+    for (what, text) in [("Myth vs measurement", myth), ("quiz", quiz.as_str())] {
+        for setting in [
+            "max_split_size_mb",
+            "expandable_segments",
+            "garbage_collection_threshold",
+        ] {
+            for line in text.lines().filter(|l| l.contains(setting)) {
+                leaks.push(format!("{what} names the fix {setting}: {:?}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "chapter 10 states a fix or its measured peak before the learner makes and predicts it \
+         (move it into the <details class=\"wb-answer\"> reveal):\n{}",
         leaks.join("\n")
     );
 }
