@@ -313,6 +313,26 @@ fn chapter_10_states_no_fix_and_no_peak_before_its_exercises() {
     );
 }
 
+/// Chapters 12 and 13 state every answer of their "Check yourself" questions in their sections:
+/// the questions go before the first section (the page's `<!-- check yourself -->` line), so
+/// that "Answer before you scroll on" can be done.
+#[test]
+fn check_yourself_comes_before_the_sections_that_answer_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for chapter in ["ch12-transformer-activations", "ch13-kv-cache"] {
+        let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
+            .expect("the chapter's page");
+        let marker = page.find("\n<!-- check yourself -->\n").unwrap_or_else(|| {
+            panic!("{chapter}: no <!-- check yourself --> line: its questions would come last")
+        });
+        let first_section = page.find("\n## ").expect("a section");
+        assert!(
+            marker < first_section,
+            "{chapter}: the questions come after a section that answers them"
+        );
+    }
+}
+
 #[test]
 fn the_search_finds_grouped_numbers_and_skips_revealed_ones() {
     assert_eq!(

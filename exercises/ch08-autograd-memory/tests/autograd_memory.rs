@@ -345,7 +345,7 @@ fn run_example(
     let before = count();
     let kept = example(dev, n, use_no_grad)?;
     let made = count() - before;
-    anyhow::ensure!(
+    assert!(
         made >= 2,
         "n = {n}, use_no_grad = {use_no_grad}: {made} allocation(s) on the device; running the \
          example makes at least two (x, then y): measure it, do not work it out"
@@ -360,12 +360,12 @@ fn times_two_keeps_only_its_result_with_or_without_no_grad() -> anyhow::Result<(
         for n in example_sizes(1000) {
             let b = block(n);
             let with_grad = run_example(&dev, kept_by_times_two, n, false)?;
-            anyhow::ensure!(
+            assert!(
                 with_grad == b,
                 "n = {n}, with grad: {with_grad}, expected {b}"
             );
             let no_grad = run_example(&dev, kept_by_times_two, n, true)?;
-            anyhow::ensure!(
+            assert!(
                 no_grad == b,
                 "n = {n}, under no_grad: {no_grad}, expected {b}"
             );
@@ -381,12 +381,12 @@ fn times_two_then_gelu_keeps_the_product_only_with_grad() -> anyhow::Result<()> 
         for n in example_sizes(100) {
             let b = block(n);
             let no_grad = run_example(&dev, kept_by_times_two_then_gelu, n, true)?;
-            anyhow::ensure!(
+            assert!(
                 no_grad == b,
                 "n = {n}, under no_grad: {no_grad}, expected {b}"
             );
             let with_grad = run_example(&dev, kept_by_times_two_then_gelu, n, false)?;
-            anyhow::ensure!(
+            assert!(
                 with_grad == 2 * b,
                 "n = {n}, with grad (the result and gelu's saved input): {with_grad}, expected {}",
                 2 * b

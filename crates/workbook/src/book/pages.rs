@@ -760,20 +760,32 @@ fn choices<'a>(prompt: &'a ChoicePrompt, answers: &[&'a str]) -> Vec<(&'a str, b
     choices
 }
 
-/// `content` with `quiz` placed before its "## Exercises" heading (outside code), or at its end.
+/// The line a page puts where its "Check yourself" questions go, when they must come before the
+/// text that answers them rather than just before the exercises.
+pub const QUIZ_MARKER: &str = "<!-- check yourself -->";
+
+/// `content` with `quiz` in place of its [`QUIZ_MARKER`] line, else before its "## Exercises"
+/// heading (outside code either way), else at its end.
 pub fn with_quiz(content: &str, quiz: &str) -> String {
+    let mut at_exercises = None;
     let mut fence = false;
     let mut offset = 0;
     for line in content.split_inclusive('\n') {
         let trimmed = line.trim_start();
         if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
             fence = !fence;
-        } else if !fence && line.trim_end() == "## Exercises" {
-            return format!("{}{quiz}{}", &content[..offset], &content[offset..]);
+        } else if !fence && line.trim_end() == QUIZ_MARKER {
+            let after = &content[offset + line.len()..];
+            return format!("{}{quiz}{after}", &content[..offset]);
+        } else if !fence && line.trim_end() == "## Exercises" && at_exercises.is_none() {
+            at_exercises = Some(offset);
         }
         offset += line.len();
     }
-    format!("{}\n\n{quiz}", content.trim_end())
+    match at_exercises {
+        Some(at) => format!("{}{quiz}{}", &content[..at], &content[at..]),
+        None => format!("{}\n\n{quiz}", content.trim_end()),
+    }
 }
 
 /// Inline text for HTML: escaped, with `code` spans kept as code.
@@ -1063,6 +1075,19 @@ mod quiz_tests {
         let out = with_quiz(page, "QUIZ\n");
         assert!(out.contains("text\n\nQUIZ\n## Exercises\n\nE"), "{out}");
         assert_eq!(with_quiz("# T\n", "QUIZ\n"), "# T\n\nQUIZ\n");
+    }
+
+    #[test]
+    fn the_quiz_goes_at_the_marker_before_the_text_that_answers_it() {
+        let page = "# T\n\nIntro.\n\n```md\n<!-- check yourself -->\n```\n\n\
+                    <!-- check yourself -->\n\n## The answer\n\n## Exercises\n\nE\n";
+        let out = with_quiz(page, "QUIZ\n");
+        assert!(
+            out.contains("```\n\nQUIZ\n\n## The answer\n\n## Exercises\n\nE"),
+            "{out}"
+        );
+        assert_eq!(out.matches("QUIZ").count(), 1, "{out}");
+        assert!(out.contains("```md\n<!-- check yourself -->\n```"), "{out}");
     }
 
     #[test]

@@ -31,6 +31,7 @@ const MACROS: &[(&str, &str)] = &[
     ("include_bytes", "reads a file at build time"),
 ];
 
+/// What a prediction's source uses that it may not: the name, its line, and what it would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Door {
     /// The name as the compiler reads it (`process` for `r#process`).
