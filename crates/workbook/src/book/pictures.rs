@@ -73,7 +73,8 @@ const ACTIVITY_SUFFIXES: [&str; 2] = ["streams", "pinned"];
 /// One file made: its name under [`PICTURES_DIR`] and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Picture {
-    /// `<chapter>-timeline.svg`, `<chapter>-segments.svg` or `<chapter>-history.json`.
+    /// `<chapter>-timeline.svg`, `<chapter>-segments.svg`, `<chapter>-history.json`, or a
+    /// page's command output (`snapshots-*.txt`, [`super::page_outputs`]).
     pub file: String,
     /// The SVG document, or the history's JSON.
     pub contents: String,
@@ -129,6 +130,10 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
     // A repository without the fixture's script (a test's) has no snapshots page to make.
     if args.chapters.is_empty() && repo.root.join(FIXTURE_SCRIPT).is_file() {
         made.extend(snapshot_command_outputs(&repo)?);
+    }
+    if args.chapters.is_empty() {
+        let workbook = std::env::current_exe().context("finding this program to run it")?;
+        made.extend(super::page_outputs::made(&repo, &workbook)?);
     }
     if args.check {
         problems.extend(differences(&dir, &made));
