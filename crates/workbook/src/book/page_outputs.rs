@@ -26,6 +26,10 @@ const BOBS_MISTAKE: (&str, &str) = (
     "    dev.empty_cache();\n    drop(model);\n",
 );
 
+/// The README's mistake in chapter 2's `independent_copy`: a buffer that shares the original's
+/// memory instead of a copy (the reference solution's line, then the mistaken one).
+const COPY_MISTAKE: (&str, &str) = ("    buf.try_clone()\n", "    buf.to(buf.device())\n");
+
 /// Where the student edition goes, from the folder the command runs in (beside the repository,
 /// as a reader runs it).
 const EDITION: &str = "../gpu-memory-workbook-student";
@@ -64,8 +68,8 @@ pub fn made(repo: &Repo, workbook: &Path) -> Result<Vec<Picture>> {
     if repo.root.join("book/src/instructors.md").is_file() {
         eprintln!("instructors.md: exporting the student edition and grading a fixture class");
         made.extend(run.instructors()?);
-        eprintln!("README.md: checking chapter 1 in the student edition");
-        made.push(run.readme_check()?);
+        eprintln!("README.md: checking chapters 1 and 2 in the student edition");
+        made.extend(run.readme_checks()?);
     }
     if repo.root.join(ROUND_TRIP_TRACE).is_file() {
         eprintln!("snapshots.md: dump_snapshot and the replay round trip");
@@ -265,10 +269,11 @@ impl Runner<'_> {
         copy_dir(&self.repo.root.join(HIDDEN_TESTS), &dir.join("hidden"))
     }
 
-    /// The README's `check` on a chapter just started: chapter 1 in the student edition that
-    /// [`Runner::instructors`] exported, built into this repository's `target/` (or
-    /// `CARGO_TARGET_DIR`).
-    fn readme_check(&self) -> Result<Picture> {
+    /// The README's `check` outputs, in the student edition that [`Runner::instructors`]
+    /// exported, built into this repository's `target/` (or `CARGO_TARGET_DIR`): chapter 1 just
+    /// started, and chapter 2 solved but for [`COPY_MISTAKE`] in `independent_copy` (the part of
+    /// its output for that exercise).
+    fn readme_checks(&self) -> Result<Vec<Picture>> {
         let edition = self.folder("work")?.join(EDITION);
         if !edition.is_dir() {
             bail!(
@@ -276,25 +281,61 @@ impl Runner<'_> {
                 edition.display()
             );
         }
-        let target = crate::commands::check::target_dir(self.repo);
+        let started = self.check_in(&edition, "ch01")?;
+        let chapter = edition.join("exercises/ch02-transfers/src");
+        copy_dir(
+            &self.repo.solutions_dir().join("ch02-transfers/src"),
+            &chapter,
+        )?;
+        let lib = chapter.join("lib.rs");
+        let text = read(&lib)?;
+        let (right, wrong) = COPY_MISTAKE;
+        if text.matches(right).count() != 1 {
+            bail!(
+                "ch02-transfers's reference independent_copy no longer holds {right:?} once: the \
+                 README's mistake cannot be made from it; change COPY_MISTAKE"
+            );
+        }
+        std::fs::write(&lib, text.replace(right, wrong))
+            .with_context(|| format!("writing {}", lib.display()))?;
+        let mistaken = self.check_in(&edition, "ch02")?;
+        let part: Vec<&str> = mistaken
+            .lines()
+            .skip_while(|l| !l.starts_with("✗ independent_copy"))
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || l.starts_with("    "))
+            .map(|(_, l)| l)
+            .collect();
+        if part.is_empty() {
+            bail!(
+                "check ch02 with the README's mistake shows no failing independent_copy:\n{mistaken}"
+            );
+        }
+        Ok(vec![
+            picture("readme-check.txt", started),
+            picture("readme-check-mistake.txt", format!("{}\n", part.join("\n"))),
+        ])
+    }
+
+    /// What `workbook check chapter` prints in `edition`, where the chapter fails (exit status 1).
+    fn check_in(&self, edition: &Path, chapter: &str) -> Result<String> {
         let checked = self
-            .workbook_command(&edition, &["check", "ch01"])
-            .env("WORKBOOK_ROOT", &edition)
-            .env("CARGO_TARGET_DIR", target)
+            .workbook_command(edition, &["check", chapter])
+            .env("WORKBOOK_ROOT", edition)
+            .env(
+                "CARGO_TARGET_DIR",
+                crate::commands::check::target_dir(self.repo),
+            )
             .output()
-            .context("running workbook check ch01 in the student edition")?;
-        // A chapter just started fails its check.
+            .with_context(|| format!("running workbook check {chapter} in the student edition"))?;
         if checked.status.code() != Some(1) {
             bail!(
-                "workbook check ch01 in the student edition ended with {} (1 expected):\n{}",
+                "workbook check {chapter} in the student edition ended with {} (1 expected):\n{}",
                 checked.status,
                 tail(&String::from_utf8_lossy(&checked.stderr))
             );
         }
-        Ok(picture(
-            "readme-check.txt",
-            String::from_utf8_lossy(&checked.stdout).into_owned(),
-        ))
+        Ok(String::from_utf8_lossy(&checked.stdout).into_owned())
     }
 
     /// The snapshots page's `dump_snapshot` and the Python that reads its pickle, as a

@@ -7,8 +7,10 @@
 //! `book/src/pictures/<chapter>-timeline.svg` and `<chapter>-segments.svg`, and beside them
 //! `<chapter>-history.json`, the events the book's interactive view steps through (see
 //! [`history_json`]), and `<chapter>-walkthrough.txt`, what the walkthrough printed, which the
-//! chapter's page includes as its output (see [`walkthrough_output`]). With `--check` it writes
-//! nothing and fails when a committed file differs from what the code makes now.
+//! chapter's page includes as its output (see [`walkthrough_output`]). Beside them go the outputs
+//! of the commands other pages show (`snapshots-*.txt`, `instructors-*.txt`, `readme-*.txt`; see
+//! [`super::page_outputs`]). With `--check` it writes nothing and fails when a committed file
+//! differs from what the code makes now.
 
 use crate::course::app_state::Repo;
 use crate::snapshot::viz;
