@@ -358,3 +358,24 @@ fn grade_passes_the_test_seed_into_the_sandbox_and_names_it_in_the_feedback() {
         "{report}"
     );
 }
+
+/// `check` and `grade` give a test the same time by default: a test that passes under `check`
+/// is never timed out by `grade`.
+#[test]
+fn check_and_grade_have_one_default_timeout() {
+    let default_of = |command: &str| {
+        let (output, stdout, stderr) = common::run(common::workbook().args([command, "--help"]));
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        let flag = stdout
+            .split("--timeout <SECONDS>")
+            .nth(1)
+            .unwrap_or_else(|| panic!("`{command} --help` has no --timeout:\n{stdout}"));
+        let default = flag
+            .split("[default: ")
+            .nth(1)
+            .and_then(|rest| rest.split(']').next())
+            .unwrap_or_else(|| panic!("`{command} --help` gives --timeout no default:\n{stdout}"));
+        default.to_string()
+    };
+    assert_eq!(default_of("check"), default_of("grade"));
+}

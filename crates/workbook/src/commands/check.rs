@@ -36,7 +36,7 @@ pub struct TestRunArgs {
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
     /// Seconds a test may run before it is stopped and counts as failed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = runner::DEFAULT_TIMEOUT_SECS, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
     /// Memory one test process may have, such as 4GiB or 512MiB, or `none`; half of it is the cpu
     /// device's capacity (unless GPUMEM_CPU_CAPACITY is set). A loop that allocates forever then

@@ -82,7 +82,7 @@ pub struct GradeArgs {
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
     /// Seconds a test may run before it is killed and counts as failed (timed out).
-    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = runner::DEFAULT_TIMEOUT_SECS, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
     /// Memory one test process may have (its heap and private mappings), such as 4GiB or 512MiB,
     /// or `none`. Half of it is the cpu device's capacity (unless GPUMEM_CPU_CAPACITY is set), so
@@ -112,8 +112,6 @@ pub enum GradeFormat {
     Json,
 }
 
-/// The default time limit of one test when grading, in seconds.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// Bytes kept of each of a test's output streams (half from the start, half from the end).
 pub const OUTPUT_LIMIT: usize = 6 * 1024;
 /// What grading without the sandbox (`--no-sandbox`) risks, said when it is chosen or needed.
@@ -162,7 +160,7 @@ impl Default for GradeOptions {
             chapters: Vec::new(),
             hidden_tests: None,
             jobs: app_state::default_jobs(),
-            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            timeout: runner::DEFAULT_TIMEOUT,
             build_timeout: DEFAULT_BUILD_TIMEOUT,
             memory_limit: Some(runner::DEFAULT_MEMORY_LIMIT),
             keep_builds: false,

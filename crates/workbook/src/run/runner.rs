@@ -48,8 +48,11 @@ const SANDBOX_GRACE: Duration = Duration::from_secs(10);
 
 /// How many of the compiler's errors a build failure keeps.
 pub const MAX_BUILD_ERRORS: usize = 3;
-/// The default time limit of one test.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default time limit of one test, in seconds: the same for `check`, `watch` and `grade`, so
+/// that a test that passes under `check` is never timed out by `grade` with the defaults.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// [`DEFAULT_TIMEOUT_SECS`] as a duration.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(DEFAULT_TIMEOUT_SECS);
 /// The default number of bytes kept of each of a test's output streams.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024;
 /// The default memory limit of one test process (`check`, `watch` and `grade`'s `--memory-limit`).
