@@ -8,7 +8,7 @@ use crate::policy::config::AllocatorConfig;
 use crate::policy::history::Snapshot;
 use crate::policy::stats::MemoryStats;
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, MappedPage, RawMemory, ReserveError,
+    DeviceBackend, DeviceProperties, DevicePtr, MappedPage, RawMemory, RawStream, ReserveError,
 };
 use crate::raw::cpu::{CpuBackend, cpu_capacity, cpu_streams_late, physical_memory};
 use std::collections::HashMap;
@@ -57,9 +57,9 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { (**self).map(ptr, size) }
     }
-    unsafe fn unmap(&self, pages: &[MappedPage]) {
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>) {
         // SAFETY: forwarded with the caller's guarantee.
-        unsafe { (**self).unmap(pages) }
+        unsafe { (**self).unmap(pages, stream) }
     }
 }
 

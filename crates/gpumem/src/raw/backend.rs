@@ -46,12 +46,16 @@ pub trait RawMemory: Send + Sync {
     /// The range lies inside address space from `reserve_address_space` and is not mapped.
     unsafe fn map(&self, ptr: DevicePtr, size: usize) -> std::result::Result<u64, ReserveError>;
     /// Takes the memory from behind pages mapped by `map` (`cuMemUnmap` + `cuMemRelease` each),
-    /// after waiting once for the work that may still use them (torch synchronizes once per range
-    /// it unmaps, not once per page).
+    /// after waiting once for `stream`, the stream whose segment they belong to (torch's
+    /// `ExpandableSegment::unmapHandles`: one `cudaStreamSynchronize` of the segment's stream per
+    /// range it unmaps, not one per page). `None`: the segment's stream is gone or unknown, and the
+    /// wait is for the whole device (torch's `cudaDeviceSynchronize` for a segment without a
+    /// stream).
     ///
     /// # Safety
-    /// Each page's `ptr`, `size` and `handle` are those of one `map` call, and no one uses it.
-    unsafe fn unmap(&self, pages: &[MappedPage]);
+    /// Each page's `ptr`, `size` and `handle` are those of one `map` call, and no one uses it;
+    /// `stream`, when given, is alive.
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>);
 }
 
 /// One page of an expandable segment, as `map` put it behind its range.

@@ -5,8 +5,9 @@
 //! another stream's wait needs it. Copies with `asynchronous` are queued; a synchronous copy or a
 //! zero-fill first runs its stream's queue, then happens on return, as the cuda backend's
 //! `cuMemcpy*Async` or `cuMemsetD8Async` followed by `cuStreamSynchronize` does. Freeing memory
-//! runs every queue first, as `cuMemFree`, `cuMemUnmap` (the cuda backend synchronizes before it)
-//! and `cuMemFreeHost` wait for the device.
+//! runs every queue first, as `cuMemFree` and `cuMemFreeHost` wait for the device; unmapping an
+//! expandable segment's pages runs the queue of the segment's stream, as the cuda backend
+//! synchronizes that stream before `cuMemUnmap`.
 //!
 //! Segment addresses are deterministic relative to the device: each device reserves one range of
 //! address space on first use and places every segment, and every expandable segment's address
@@ -459,8 +460,12 @@ impl RawMemory for CpuBackend {
         Ok(0)
     }
 
-    unsafe fn unmap(&self, pages: &[MappedPage]) {
-        self.streams.run_all();
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>) {
+        // As the cuda backend: the segment's stream's work (and what it waits for), or all.
+        match stream {
+            Some(s) => self.streams.run_stream(s.0),
+            None => self.streams.run_all(),
+        }
         for page in pages {
             let (ptr, size) = (page.ptr as *mut libc::c_void, page.size);
             // SAFETY: the caller guarantees the page was mapped by `map` and is unused: its

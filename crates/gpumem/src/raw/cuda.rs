@@ -206,15 +206,20 @@ impl RawMemory for CudaBackend {
         Ok(handle as u64)
     }
 
-    unsafe fn unmap(&self, pages: &[MappedPage]) {
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>) {
         if pages.is_empty() || self.bind().is_err() {
             return;
         }
-        // cuMemUnmap does not wait for work that may still use the range (torch synchronizes the
-        // segment's stream first, once per range, for the same reason). The allocator knows its
-        // streams by id, not by CUstream, so this waits for the whole context: once per range
-        // all the same. Failures cannot be reported here.
-        let _ = result::ctx::synchronize();
+        // cuMemUnmap does not wait for work that may still use the range, so wait first, once
+        // for the whole range, as torch's `unmapHandles` does: for the segment's stream (work on
+        // other streams reached its blocks through `record_stream`, whose events the allocator
+        // has waited for already), or the whole context where the stream is gone. Failures
+        // cannot be reported here.
+        let _ = match stream {
+            // SAFETY: the caller guarantees the stream is alive.
+            Some(s) => unsafe { result::stream::synchronize(cu_stream(s)) },
+            None => result::ctx::synchronize(),
+        };
         for page in pages {
             // SAFETY: the caller guarantees each page and handle are one `map` call's, unused.
             unsafe {
@@ -518,6 +523,44 @@ mod tests {
         assert!(err.to_string().contains("cuEventElapsedTime"), "{err}");
         backend.destroy_event(again);
         backend.destroy_event(timed);
+    }
+
+    #[test]
+    fn unmap_waits_for_the_segments_stream_before_the_page_goes() {
+        if !driver::is_available() {
+            eprintln!("skipped: no CUDA device");
+            return;
+        }
+        let backend = CudaBackend::new(0).unwrap();
+        let stream = backend.create_stream().unwrap();
+        let page = 2 << 20;
+        let space = backend.reserve_address_space(page).unwrap();
+        // SAFETY: the range was just reserved and is not mapped.
+        let handle = unsafe { backend.map(space, page) }.unwrap();
+        // Work on the segment's stream that uses the page, queued and not waited for.
+        let half = (page / 2) as u64;
+        for _ in 0..200 {
+            // SAFETY: both halves lie in the page mapped above.
+            unsafe { backend.copy_dtod(space + half, space, page / 2, stream, true) }.unwrap();
+        }
+        let queued = backend.record_event(stream, false).unwrap();
+        let pages = [MappedPage {
+            ptr: space,
+            size: page,
+            handle,
+        }];
+        // SAFETY: the page came from `map`; only the stream's queued work uses it, and unmap
+        // waits for that stream.
+        unsafe { backend.unmap(&pages, Some(stream)) };
+        assert!(
+            backend.event_query(&queued).unwrap(),
+            "the page was unmapped before the work queued on its stream had finished"
+        );
+        backend.destroy_event(queued);
+        backend.stream_synchronize(stream).unwrap();
+        // SAFETY: reserved above; nothing of it is mapped any more.
+        unsafe { backend.release_address_space(space, page) };
+        backend.destroy_stream(stream);
     }
 
     #[test]
