@@ -312,3 +312,62 @@ fn unmapping_waits_for_the_segments_own_stream_or_the_device_once_that_stream_is
         "a stream forgotten (destroyed) is not waited for by its handle: the whole device is"
     );
 }
+
+/// The cpu backend as a device without CUDA virtual memory management would be.
+struct NoVirtualMemory(CpuBackend);
+
+impl RawMemory for NoVirtualMemory {
+    fn reserve(&self, size: usize) -> Result<DevicePtr, ReserveError> {
+        self.0.reserve(size)
+    }
+    unsafe fn release(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.0.release(ptr, size) }
+    }
+    fn mem_get_info(&self) -> gpumem::Result<(usize, usize)> {
+        self.0.mem_get_info()
+    }
+    fn virtual_memory_management(&self) -> bool {
+        false
+    }
+    fn reserve_address_space(&self, _size: usize) -> Result<DevicePtr, ReserveError> {
+        panic!("address space reserved on a device without virtual memory management")
+    }
+    unsafe fn release_address_space(&self, _ptr: DevicePtr, _size: usize) {
+        unreachable!("nothing was reserved")
+    }
+    unsafe fn map(&self, _ptr: DevicePtr, _size: usize) -> Result<u64, ReserveError> {
+        unreachable!("nothing was reserved")
+    }
+    unsafe fn unmap(&self, _pages: &[MappedPage], _stream: Option<RawStream>) {
+        unreachable!("nothing was mapped")
+    }
+}
+
+#[test]
+fn without_virtual_memory_management_expandable_segments_fail_plainly_and_false_still_works() {
+    let a = CachingAllocator::new(
+        NoVirtualMemory(CpuBackend::new(1 << 30)),
+        "cuda:0",
+        AllocatorConfig::parse("expandable_segments:True").unwrap(),
+    );
+    let err = a.malloc(40 * MIB, S0).unwrap_err();
+    assert!(matches!(err, Error::BadSetting { .. }), "{err:?}");
+    let message = err.to_string();
+    for part in [
+        "expandable_segments",
+        "cuda:0",
+        "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED",
+        "expandable_segments:False",
+    ] {
+        assert!(message.contains(part), "{part:?} missing from: {message}");
+    }
+    assert_eq!(a.reserved_bytes(), 0);
+    a.set_allocator_settings("expandable_segments:False")
+        .unwrap();
+    let block = a
+        .malloc(40 * MIB, S0)
+        .expect("fixed segments need no virtual memory");
+    assert_eq!(a.reserved_bytes(), 40 * MIB as u64);
+    a.free(block, vec![]);
+}

@@ -46,6 +46,9 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
     fn mem_get_info(&self) -> Result<(usize, usize)> {
         (**self).mem_get_info()
     }
+    fn virtual_memory_management(&self) -> bool {
+        (**self).virtual_memory_management()
+    }
     fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
         (**self).reserve_address_space(size)
     }
@@ -394,6 +397,12 @@ impl Device {
     /// Replaces the allocator's settings (what `GPUMEM_ALLOC_CONF` sets at start-up).
     pub fn set_allocator_config(&self, config: AllocatorConfig) {
         self.inner.allocator.set_config(config);
+    }
+
+    /// Whether the device can map memory behind reserved address space (CUDA virtual memory
+    /// management), which `expandable_segments:True` needs; always on cpu.
+    pub fn virtual_memory_management(&self) -> bool {
+        self.inner.backend.virtual_memory_management()
     }
 
     /// Waits for all work on the device (`torch.cuda.synchronize`).

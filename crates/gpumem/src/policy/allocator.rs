@@ -484,6 +484,9 @@ impl<B: RawMemory> CachingAllocator<B> {
             Pool::Small => SMALL_BUFFER,
             Pool::Large => LARGE_BUFFER,
         };
+        if !self.backend.virtual_memory_management() {
+            return Err(expandable_unsupported(&self.device));
+        }
         let (_, total) = self.backend.mem_get_info()?;
         let wanted = total
             .saturating_add(total / 8)
@@ -890,5 +893,19 @@ impl<B: RawMemory> Drop for CachingAllocator<B> {
     /// alone: someone may still use that memory.
     fn drop(&mut self) {
         self.empty_cache();
+    }
+}
+
+/// The error for `expandable_segments:True` on a device without CUDA virtual memory management.
+/// torch 2.15 does not read the attribute: there the allocation fails with the driver's error
+/// from its first virtual-memory call. gpumem fails at the same allocation, and says why.
+fn expandable_unsupported(device: &str) -> Error {
+    Error::BadSetting {
+        setting: "expandable_segments".into(),
+        reason: format!(
+            "expandable_segments:True needs CUDA virtual memory management (cuMemCreate, cuMemMap), \
+             which {device} does not support (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED \
+             is 0); set expandable_segments:False in GPUMEM_ALLOC_CONF"
+        ),
     }
 }

@@ -30,6 +30,12 @@ pub trait RawMemory: Send + Sync {
     unsafe fn release(&self, ptr: DevicePtr, size: usize);
     /// The device's own view: (free, total) bytes, as `cudaMemGetInfo` and nvidia-smi see them.
     fn mem_get_info(&self) -> Result<(usize, usize)>;
+    /// Whether the device can put memory behind reserved address space (`cuMemCreate` +
+    /// `cuMemMap`: the driver's `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`), which
+    /// expandable segments need. Always on cpu.
+    fn virtual_memory_management(&self) -> bool {
+        true
+    }
     /// Reserves `size` bytes of address space with no memory behind it, for an expandable
     /// segment (`cuMemAddressReserve`; on cpu an inaccessible `mmap`).
     fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError>;

@@ -23,6 +23,9 @@ pub struct CudaBackend {
     /// next `record_event` without timing records one of them again, as torch pools its events
     /// per device instead of creating one per use.
     idle_events: Mutex<Vec<u64>>,
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`, read once when opened (false
+    /// where the driver cannot say).
+    virtual_memory_management: bool,
 }
 
 // Everything a backend holds is an ordinal and an `Arc` of a thread-safe context.
@@ -47,10 +50,19 @@ impl CudaBackend {
         let ctx = CudaContext::new(ordinal).map_err(|e| {
             driver::driver_error("cuDevicePrimaryCtxRetain", &format!("cuda:{ordinal}"), e)
         })?;
+        // SAFETY: the device is the one the context was just made for.
+        let virtual_memory_management = unsafe {
+            result::device::get_attribute(
+                ctx.cu_device(),
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            )
+        }
+        .is_ok_and(|supported| supported != 0);
         Ok(CudaBackend {
             ordinal,
             ctx,
             idle_events: Mutex::new(Vec::new()),
+            virtual_memory_management,
         })
     }
 
@@ -140,6 +152,10 @@ impl RawMemory for CudaBackend {
 
     fn mem_get_info(&self) -> Result<(usize, usize)> {
         self.call("cuMemGetInfo", result::mem_get_info)
+    }
+
+    fn virtual_memory_management(&self) -> bool {
+        self.virtual_memory_management
     }
 
     fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
@@ -561,6 +577,17 @@ mod tests {
         // SAFETY: reserved above; nothing of it is mapped any more.
         unsafe { backend.release_address_space(space, page) };
         backend.destroy_stream(stream);
+    }
+
+    #[test]
+    fn a_gpu_that_can_run_the_suite_reports_virtual_memory_management() {
+        if !driver::is_available() {
+            eprintln!("skipped: no CUDA device");
+            return;
+        }
+        // Every GPU the suite runs on (H100, H200) supports it; a device without it would make
+        // expandable_segments:True fail plainly instead of mapping pages.
+        assert!(CudaBackend::new(0).unwrap().virtual_memory_management());
     }
 
     #[test]

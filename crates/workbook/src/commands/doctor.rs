@@ -240,6 +240,12 @@ fn describe_device(dev: &gpumem::Device) {
                     p.multi_processor_count
                 ));
                 more(kernels_for(major, minor));
+                more(if dev.virtual_memory_management() {
+                    "expandable_segments:True: supported (virtual memory management)"
+                } else {
+                    "expandable_segments:True: NOT supported (no virtual memory management): \
+                     allocations fail with it set"
+                });
             } else {
                 more(format!(
                     "{} capacity, {} cores",
