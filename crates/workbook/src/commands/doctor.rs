@@ -55,6 +55,7 @@ pub fn run() -> Health {
         }
     }
     describe_nvrtc();
+    describe_kernel_cache();
     row(
         "auto picks",
         match gpumem::cuda::auto_cpu_reason() {
@@ -211,6 +212,32 @@ fn describe_nvrtc() {
                 .join(" "),
         ),
         Err(e) => row("NVRTC targets", format!("unknown: {e}")),
+    }
+}
+
+/// Where the cuda device keeps NVRTC's compiled kernels, and how much is there.
+fn describe_kernel_cache() {
+    let Some(cache) = gpumem::cuda::KernelCache::from_env() else {
+        row(
+            "kernel cache",
+            "off (GPUMEM_KERNEL_CACHE=off, or no home folder): NVRTC compiles in every process",
+        );
+        return;
+    };
+    let dir = cache.dir().display();
+    match cache.size() {
+        Ok(size) => row(
+            "kernel cache",
+            format!(
+                "{dir}: {} entries, {}",
+                size.entries,
+                format_bytes(size.bytes)
+            ),
+        ),
+        Err(e) => row(
+            "kernel cache",
+            format!("{dir}: unreadable ({e}); kernels are compiled in every process"),
+        ),
     }
 }
 
