@@ -17,7 +17,7 @@ use crate::policy::history::{
     BlockInfo, BlockState, History, HistoryOptions, SegmentInfo, Snapshot, TraceAction,
 };
 use crate::policy::stats::{DeviceStats, MemoryStats, Pool};
-use crate::raw::backend::{DevicePtr, MappedPage, RawMemory, RawStream, ReserveError};
+use crate::raw::backend::{DevicePtr, MappedPage, Pinning, RawMemory, RawStream, ReserveError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
@@ -277,6 +277,12 @@ impl<B: RawMemory> CachingAllocator<B> {
     /// The current configuration.
     pub fn config(&self) -> AllocatorConfig {
         self.lock().config.clone()
+    }
+
+    /// How the device's pinned host memory is made under the current settings
+    /// ([`AllocatorConfig::pinning`]).
+    pub fn config_pinning(&self) -> Pinning {
+        self.lock().config.pinning()
     }
 
     /// Replaces the configuration; cached blocks stay.

@@ -20,11 +20,11 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
-    RawStream, ReserveError, StreamPoint,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, Pinning, RawEvent,
+    RawMemory, RawStream, ReserveError, StreamPoint, page_aligned_alloc, page_aligned_free,
+    touch_pages,
 };
 use crate::raw::cpu_streams::StreamQueues;
-use std::alloc::Layout;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -604,23 +604,20 @@ impl DeviceBackend for CpuBackend {
         self.streams.set_late(late);
     }
 
-    fn host_alloc(&self, size: usize) -> Result<HostAllocation> {
-        let layout = Layout::from_size_align(size.max(1), 4096).map_err(|e| Error::HostAlloc {
-            size,
-            reason: e.to_string(),
-        })?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(Error::HostAlloc {
-                size,
-                reason: "the system allocator refused".into(),
-            });
+    fn host_alloc(&self, size: usize, pinning: Pinning) -> Result<HostAllocation> {
+        let ptr = page_aligned_alloc(size)?;
+        if let Pinning::Register { threads } = pinning {
+            // SAFETY: ptr..ptr+size was just allocated, page-aligned, and is ours alone.
+            unsafe { touch_pages(ptr, size, threads) };
         }
         // Page-locking may be refused (RLIMIT_MEMLOCK); the buffer then says it is pageable.
         // SAFETY: ptr..ptr+size is memory we own.
         let page_locked = unsafe { libc::mlock(ptr as *const libc::c_void, size.max(1)) } == 0;
-        Ok(HostAllocation { ptr, page_locked })
+        Ok(HostAllocation {
+            ptr,
+            page_locked,
+            pinning,
+        })
     }
 
     unsafe fn host_free(&self, alloc: HostAllocation, size: usize) {
@@ -630,10 +627,7 @@ impl DeviceBackend for CpuBackend {
             if alloc.page_locked {
                 libc::munlock(alloc.ptr as *const libc::c_void, size.max(1));
             }
-            std::alloc::dealloc(
-                alloc.ptr,
-                Layout::from_size_align_unchecked(size.max(1), 4096),
-            );
+            page_aligned_free(alloc.ptr, size);
         }
     }
 }

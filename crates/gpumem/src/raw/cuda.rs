@@ -7,8 +7,8 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
-    RawStream, ReserveError,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, Pinning, RawEvent,
+    RawMemory, RawStream, ReserveError, page_aligned_alloc, page_aligned_free, touch_pages,
 };
 use crate::raw::driver;
 use cudarc::driver::{CudaContext, DriverError, result, sys};
@@ -466,8 +466,74 @@ impl DeviceBackend for CudaBackend {
         let _ = unsafe { result::event::destroy(handle as usize as sys::CUevent) };
     }
 
-    fn host_alloc(&self, size: usize) -> Result<HostAllocation> {
+    fn host_alloc(&self, size: usize, pinning: Pinning) -> Result<HostAllocation> {
         self.bind()?;
+        let threads = match pinning {
+            Pinning::HostAlloc => return self.host_alloc_pinned(size),
+            Pinning::Register { threads } => threads,
+        };
+        // torch's `allocWithCudaHostRegister`: ordinary memory, its pages touched (on several
+        // threads), then page-locked in place, which holds the driver's lock for less time.
+        let ptr = page_aligned_alloc(size)?;
+        // SAFETY: ptr..ptr+size was just allocated, page-aligned, and is ours alone.
+        unsafe { touch_pages(ptr, size, threads) };
+        let fail = |reason: String| {
+            // SAFETY: allocated above; the driver does not hold it.
+            unsafe { page_aligned_free(ptr, size) };
+            Error::HostAlloc { size, reason }
+        };
+        // SAFETY: ptr..ptr+size is memory we own; flags 0 is cudaHostRegisterDefault.
+        unsafe { sys::cuMemHostRegister_v2(ptr.cast(), size.max(1), 0) }
+            .result()
+            .map_err(|e| {
+                fail(format!(
+                    "cuMemHostRegister failed (pinned_use_cuda_host_register:True): {}",
+                    driver::explain_driver_error(e)
+                ))
+            })?;
+        let mut device_ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the memory was just registered.
+        let mapped = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device_ptr, ptr.cast(), 0) };
+        if mapped != sys::CUresult::CUDA_SUCCESS || device_ptr != ptr as sys::CUdeviceptr {
+            // SAFETY: registered above, not used by anyone.
+            let _ = unsafe { sys::cuMemHostUnregister(ptr.cast()) };
+            // torch 2.15 refuses the same way (`registerPages`).
+            return Err(fail(
+                "the host and device addresses of registered memory differ; set \
+                 pinned_use_cuda_host_register:False (the default)"
+                    .to_string(),
+            ));
+        }
+        Ok(HostAllocation {
+            ptr,
+            page_locked: true,
+            pinning,
+        })
+    }
+
+    unsafe fn host_free(&self, alloc: HostAllocation, size: usize) {
+        if alloc.ptr.is_null() || self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the memory came from `host_alloc(size)` made as `alloc.pinning` says and is no
+        // longer used (the caller's guarantee). A failure cannot be reported here.
+        unsafe {
+            match alloc.pinning {
+                Pinning::HostAlloc => {
+                    let _ = result::free_host(alloc.ptr.cast());
+                }
+                Pinning::Register { .. } => {
+                    let _ = sys::cuMemHostUnregister(alloc.ptr.cast());
+                    page_aligned_free(alloc.ptr, size);
+                }
+            }
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Page-locked host memory from `cuMemHostAlloc` (the context is bound).
+    fn host_alloc_pinned(&self, size: usize) -> Result<HostAllocation> {
         // Flags 0: plain page-locked memory (not write-combined, which is slow to read from the
         // host); with unified addressing it is usable from every context. A 0-byte request still
         // gets a real allocation so that `host_free` always has something to free.
@@ -476,21 +542,13 @@ impl DeviceBackend for CudaBackend {
             Ok(ptr) => Ok(HostAllocation {
                 ptr: ptr.cast(),
                 page_locked: true,
+                pinning: Pinning::HostAlloc,
             }),
             Err(e) => Err(Error::HostAlloc {
                 size,
                 reason: format!("cuMemHostAlloc failed: {}", driver::explain_driver_error(e)),
             }),
         }
-    }
-
-    unsafe fn host_free(&self, alloc: HostAllocation, _size: usize) {
-        if alloc.ptr.is_null() || self.bind().is_err() {
-            return;
-        }
-        // SAFETY: the memory came from `host_alloc` (cuMemHostAlloc) and is no longer used (the
-        // caller's guarantee). A failure cannot be reported through this signature.
-        let _ = unsafe { result::free_host(alloc.ptr.cast()) };
     }
 }
 
