@@ -73,9 +73,10 @@ pub struct AllocatorConfig {
     pub expandable_segments: bool,
     /// Accepted as torch does; gpumem holds its lock through every reservation either way.
     pub release_lock_on_cudamalloc: bool,
-    /// Accepted as torch does; gpumem's pinned memory is always `cuMemHostAlloc` (or host pages).
+    /// Pin new host blocks by registering ordinary memory (`cuMemHostRegister`) instead of
+    /// `cuMemHostAlloc`, as torch does ([`AllocatorConfig::pinning`]).
     pub pinned_use_cuda_host_register: bool,
-    /// Accepted as torch does (a power of two up to 128); gpumem registers no host memory.
+    /// Threads that touch a block's pages before it is registered (a power of two up to 128).
     pub pinned_num_register_threads: usize,
     /// Accepted as torch does; gpumem's pinned frees are synchronous.
     pub pinned_use_background_threads: bool,
