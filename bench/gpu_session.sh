@@ -5,8 +5,10 @@
 # so far is packed into $OUT after every step, so a call stopped at its limit still brings back
 # everything before it.
 #
-# Here (where cargo is):  bash ../shared/gpu/bundle.sh && strip -o .gpu/workbook <release workbook>
-#                         tar -C . -cJf .gpu.tar.xz .gpu        (the executables travel packed)
+# Here (where cargo is):  bash ../shared/gpu/bundle.sh; then the release workbook stripped into
+#                         .gpu/workbook, the scratch copy's path (bundle.sh's build.log names it) in
+#                         .gpu/src-path, the CLI's tests (they need cargo) left out, and .gpu packed:
+#                         tar -cJf .gpu.tar.xz --exclude='.gpu/bin/workbook__*' .gpu
 # On the GPU host:        bash bench/gpu_session.sh             (carry .gpu.tar.xz)
 # env: STEPS (regex of the step names to run, default all), TEST_LIMIT (seconds per test executable)
 set -u
@@ -16,7 +18,7 @@ logs=/tmp/gpu-logs
 steps=${STEPS:-.}
 mkdir -p "$out" "$logs"
 t0=$(date +%s)
-[ -d .gpu ] || tar -xJf .gpu.tar.xz
+[ -d .gpu ] || python3 -c 'import tarfile; tarfile.open(".gpu.tar.xz").extractall()'
 pack() { tar -C /tmp -czf "$out/logs.tar.gz" gpu-logs 2>/dev/null; }
 note() { echo "$*" | tee -a "$out/summary.txt"; }
 elapsed() { echo $(($(date +%s) - t0)); }
@@ -36,12 +38,30 @@ export GPUMEM_DEVICE=cuda RUST_BACKTRACE=1
   nvidia-smi | head -n 4; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)';
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; nproc; } > "$logs/env.txt" 2>&1
 cat "$logs/env.txt" >> "$out/summary.txt"
+[ -x .gpu/workbook ] && timeout 20 .gpu/workbook doctor >> "$out/summary.txt" 2>&1
+
+# The executables were built in a scratch copy of the tree (solutions laid over the stubs), whose
+# path is compiled into them (CARGO_MANIFEST_DIR): the same copy is made at the same path here, and
+# each test runs in its package's folder, as cargo runs it.
+src=$(cat .gpu/src-path 2>/dev/null || echo /tmp/gpu-src)
+mkdir -p "$src"
+git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$src" 2>/dev/null
+for s in solutions/*/; do cp -r "$s". "$src/exercises/$(basename "$s")/"; done
+package_dir() {
+  case $1 in
+    gpumem__*) echo "$src/crates/gpumem" ;;
+    workbook__*) echo "$src/crates/workbook" ;;
+    predict__*) local ch=${1##*__}; echo "$src"/exercises/"${ch%_predict}"-*/predict ;;
+    *) echo "$src/exercises/${1%%__*}" ;;
+  esac
+}
 
 # runs one test executable under its own limit; a line per executable in the summary
 run_test() {
   local t=$1 n rc
   n=$(basename "$t")
-  timeout -k 5 "${TEST_LIMIT:-90}" "$t" > "$logs/$n.log" 2>&1
+  t=$(cd "$(dirname "$t")" && pwd)/$n
+  (cd "$(package_dir "$n")" && timeout -k 5 "${TEST_LIMIT:-90}" "$t") > "$logs/$n.log" 2>&1
   rc=$?
   note "$n rc=$rc $(grep -E '^test result:' "$logs/$n.log" | tail -n 1) [$(elapsed) s]"
   [ $rc -eq 0 ] || grep -E -B2 -A25 "^---- |panicked|FAILED|failed" "$logs/$n.log" | head -n 60
@@ -99,7 +119,7 @@ if [[ bench =~ $steps ]]; then
     n=$(basename "$b")
     [[ $n =~ snapshot_replay ]] && continue   # the pickle reader: no GPU in it
     note "--- bench $n [$(elapsed) s]"
-    timeout 150 "$b" --bench --warm-up-time 0.5 --measurement-time 2 --noplot > "$logs/bench-$n.log" 2>&1
+    timeout 100 "$b" --bench --warm-up-time 0.5 --measurement-time 2 --noplot > "$logs/bench-$n.log" 2>&1
     note "bench $n rc=$?"
     grep -E -B1 'time:|thrpt:' "$logs/bench-$n.log" >> "$out/summary.txt"
     pack
