@@ -187,8 +187,8 @@ fn pasted_outputs_and_ranges_that_cut_a_section_are_problems() {
     assert!(check("{{#include pictures/ch01-availability-walkthrough.txt}}").is_some());
 }
 
-/// The blocks a page presents as what a command printed, as `(line number, the block's first
-/// line, the lines of the block that stand for the output)`: a `text` block whose label (the paragraph just before it) speaks of an output or of
+/// The blocks a page presents as what a command printed, as `(line number, the block's label,
+/// the lines of the block that stand for the output)`: a `text` block whose label (the paragraph just before it) speaks of an output or of
 /// what something prints, and a `console` block that holds a line after a `$ ` command that is
 /// not part of a command (neither after a line ending in `\` nor inside a quoted argument). A
 /// label that calls the block a quotation or an abridged example presents no command's output.
@@ -208,7 +208,6 @@ fn command_output_blocks(page: &str) -> Vec<(usize, String, Vec<String>)> {
             .find(|&j| lines[j].starts_with("```"))
             .unwrap_or(lines.len());
         let block = &lines[i + 1..end];
-        let first = block.first().unwrap_or(&"").to_string();
         let label = lines[..i]
             .iter()
             .rev()
@@ -248,40 +247,51 @@ fn command_output_blocks(page: &str) -> Vec<(usize, String, Vec<String>)> {
             printed
         };
         if !output.is_empty() {
-            out.push((i + 1, first, output));
+            out.push((i + 1, label, output));
         }
     }
     out
 }
 
-/// Outputs still pasted, which no command regenerates yet (issue 34, item 15): `(page, the
-/// block's first line)`. Make each with `workbook pictures` and take it off this list; the test
-/// fails on any other pasted output, and on an entry that no longer names a pasted block.
-const NOT_YET_GENERATED: &[(&str, &str)] = &[
-    ("README.md", "ch01-availability — Is there a GPU?"),
-    (
-        "instructors.md",
-        "$ cargo run -p workbook -- export student --out ",
-    ),
-    (
-        "instructors.md",
-        "Error: grading runs every test in a sandbox, and it cannot run here: bubblewrap (`bwrap`) is not",
-    ),
-    (
-        "instructors.md",
-        "Graded 3 submission(s) with the official tests of ",
-    ),
-    ("instructors.md", "# Feedback for bob"),
-    ("instructors.md", "submission: 0/21"),
-    (
-        "snapshots.md",
-        "$ cargo run -p gpumem --example dump_snapshot -- snapshot.pickle",
-    ),
-    (
-        "snapshots.md",
-        "$ workbook replay bench/traces/interleaved-lifetimes.json --repeat 1 --snapshot-out after.pickle",
-    ),
-];
+/// The README, which GitHub shows without mdBook's includes, holds a copy of a generated file:
+/// its block's label names the file (`book/src/pictures/<file>`), and the copy must be the file,
+/// line for line. What is wrong with the copy, if anything.
+fn copy_problem(src: &Path, label: &str, output: &[String]) -> Option<String> {
+    let prefix = "book/src/pictures/";
+    let Some(at) = label.find(prefix) else {
+        return Some(
+            "is pasted: its label must name the generated file it copies \
+             (book/src/pictures/<file>)"
+                .to_string(),
+        );
+    };
+    let file: String = label[at + prefix.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+        .collect();
+    let file = file.trim_end_matches('.');
+    let Ok(text) = std::fs::read_to_string(src.join("pictures").join(file)) else {
+        return Some(format!(
+            "copies book/src/pictures/{file}, which is missing (cargo run -p workbook -- pictures)"
+        ));
+    };
+    let generated: Vec<&str> = text.lines().collect();
+    if generated != output {
+        let at = generated
+            .iter()
+            .zip(output)
+            .position(|(a, b)| a != b)
+            .unwrap_or(generated.len().min(output.len()));
+        return Some(format!(
+            "differs from book/src/pictures/{file} at its line {}: the file has {:?}, the copy \
+             {:?} (copy the file into the block)",
+            at + 1,
+            generated.get(at).copied().unwrap_or("(its end)"),
+            output.get(at).map_or("(its end)", String::as_str),
+        ));
+    }
+    None
+}
 
 #[test]
 fn every_command_output_on_a_page_is_a_file_a_command_wrote() {
@@ -298,16 +308,14 @@ fn every_command_output_on_a_page_is_a_file_a_command_wrote() {
     pages.sort();
     let mut found = 0;
     let mut problems = Vec::new();
-    let mut listed_seen = vec![false; NOT_YET_GENERATED.len()];
     for (name, path) in &pages {
         let text = std::fs::read_to_string(path).expect("a page");
-        for (line, first, output) in command_output_blocks(&text) {
+        for (line, label, output) in command_output_blocks(&text) {
             found += 1;
-            if let Some(at) = NOT_YET_GENERATED
-                .iter()
-                .position(|(p, f)| p == name && first.starts_with(f))
-            {
-                listed_seen[at] = true;
+            if name == "README.md" {
+                if let Some(p) = copy_problem(&src, &label, &output) {
+                    problems.push(format!("{name}:{line}: an output shown as a command's {p}"));
+                }
                 continue;
             }
             for shown in &output {
@@ -333,14 +341,6 @@ fn every_command_output_on_a_page_is_a_file_a_command_wrote() {
             }
         }
     }
-    for ((page, first), seen) in NOT_YET_GENERATED.iter().zip(&listed_seen) {
-        if !seen {
-            problems.push(format!(
-                "NOT_YET_GENERATED lists {page}'s block starting {first:?}, which is no longer a \
-                 pasted output: take it off the list"
-            ));
-        }
-    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(
         found >= 20,
@@ -356,16 +356,39 @@ fn pasted_command_outputs_are_found_and_includes_quotes_and_commands_are_not() {
                 $ python3 -c \"\nprint(1)\n\"\n```\n\n```console\n$ workbook diff a b\nA: a\n```\n";
     let found: Vec<(usize, String, Vec<String>)> = command_output_blocks(page);
     let shown = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+    let lines_and_outputs: Vec<(usize, Vec<String>)> =
+        found.iter().map(|(l, _, o)| (*l, o.clone())).collect();
     assert_eq!(
-        found,
+        lines_and_outputs,
         vec![
-            (3, "Step 2".to_string(), shown(&["Step 2"])),
-            (
-                9,
-                "{{#include pictures/a.txt:8:}}".to_string(),
-                shown(&["{{#include pictures/a.txt:8:}}"])
-            ),
-            (27, "$ workbook diff a b".to_string(), shown(&["A: a"])),
+            (3, shown(&["Step 2"])),
+            (9, shown(&["{{#include pictures/a.txt:8:}}"])),
+            (27, shown(&["A: a"])),
         ]
+    );
+    assert_eq!(found[0].1, "output on `cpu`:");
+    assert_eq!(found[1].1, "it prints:");
+}
+
+#[test]
+fn a_readme_copy_must_name_its_generated_file_and_equal_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pictures")).unwrap();
+    std::fs::write(dir.path().join("pictures/readme-check.txt"), "a\n\nb\n").unwrap();
+    let label = "output on `cpu`: a copy of `book/src/pictures/readme-check.txt`, which";
+    let copy = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        copy_problem(dir.path(), label, &copy(&["a", "", "b"])),
+        None
+    );
+    let stale = copy_problem(dir.path(), label, &copy(&["a", "", "c"])).unwrap();
+    assert!(stale.contains("at its line 3"), "{stale}");
+    assert!(copy_problem(dir.path(), label, &copy(&["a", ""])).is_some());
+    assert!(copy_problem(dir.path(), "output on `cpu`:", &copy(&["a", "", "b"])).is_some());
+    let missing = "output: a copy of book/src/pictures/gone.txt.";
+    assert!(
+        copy_problem(dir.path(), missing, &copy(&["a"]))
+            .unwrap()
+            .contains("gone.txt, which is missing")
     );
 }

@@ -6,6 +6,7 @@
 //! mdBook only logs a broken `{{#include}}` and renders the page anyway, and an anchor that is not
 //! in the file silently includes nothing; both are errors here, naming the page and the link.
 
+pub mod page_outputs;
 pub mod pages;
 pub mod pictures;
 pub mod serve;

@@ -7,8 +7,10 @@
 //! `book/src/pictures/<chapter>-timeline.svg` and `<chapter>-segments.svg`, and beside them
 //! `<chapter>-history.json`, the events the book's interactive view steps through (see
 //! [`history_json`]), and `<chapter>-walkthrough.txt`, what the walkthrough printed, which the
-//! chapter's page includes as its output (see [`walkthrough_output`]). With `--check` it writes
-//! nothing and fails when a committed file differs from what the code makes now.
+//! chapter's page includes as its output (see [`walkthrough_output`]). Beside them go the outputs
+//! of the commands other pages show (`snapshots-*.txt`, `instructors-*.txt`, `readme-*.txt`; see
+//! [`super::page_outputs`]). With `--check` it writes nothing and fails when a committed file
+//! differs from what the code makes now.
 
 use crate::course::app_state::Repo;
 use crate::snapshot::viz;
@@ -73,7 +75,8 @@ const ACTIVITY_SUFFIXES: [&str; 2] = ["streams", "pinned"];
 /// One file made: its name under [`PICTURES_DIR`] and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Picture {
-    /// `<chapter>-timeline.svg`, `<chapter>-segments.svg` or `<chapter>-history.json`.
+    /// `<chapter>-timeline.svg`, `<chapter>-segments.svg`, `<chapter>-history.json`, or a
+    /// page's command output (`snapshots-*.txt`, [`super::page_outputs`]).
     pub file: String,
     /// The SVG document, or the history's JSON.
     pub contents: String,
@@ -129,6 +132,10 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
     // A repository without the fixture's script (a test's) has no snapshots page to make.
     if args.chapters.is_empty() && repo.root.join(FIXTURE_SCRIPT).is_file() {
         made.extend(snapshot_command_outputs(&repo)?);
+    }
+    if args.chapters.is_empty() {
+        let workbook = std::env::current_exe().context("finding this program to run it")?;
+        made.extend(super::page_outputs::made(&repo, &workbook)?);
     }
     if args.check {
         problems.extend(differences(&dir, &made));
