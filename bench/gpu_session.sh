@@ -79,6 +79,22 @@ if [[ suite =~ $steps ]]; then
   pack
 fi
 
+if [[ settings =~ $steps ]]; then
+  # what only a GPU shows: expandable segments' per-stream unmap waits and host-registered pinned
+  # blocks under the settings that turn them on, and the NVRTC disk cache filled once, then hit
+  note "--- settings [$(elapsed) s]"
+  for t in .gpu/bin/gpumem__test__expandable_segments .gpu/bin/gpumem__test__device_api; do
+    GPUMEM_ALLOC_CONF=expandable_segments:True run_test "$t"
+  done
+  export GPUMEM_KERNEL_CACHE=/tmp/gpu-logs/kernel-cache
+  for i in 1 2; do
+    run_test .gpu/bin/gpumem__test__ops_elementwise
+    note "kernel cache after run $i: $(ls "$GPUMEM_KERNEL_CACHE" 2>/dev/null | wc -l) entries"
+  done
+  unset GPUMEM_KERNEL_CACHE
+  pack
+fi
+
 if [[ replay =~ $steps ]]; then
   note "--- replay [$(elapsed) s]"
   timeout 120 .gpu/workbook replay --device cuda --json bench/traces/*.json > "$out/gpumem-cuda.json" 2> "$logs/replay-gpumem.err"

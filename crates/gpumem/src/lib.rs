@@ -46,7 +46,10 @@ pub use raw::{backend, cpu as backend_cpu, cuda as backend_cuda};
 
 /// Whether CUDA can be used on this machine, asked without ever panicking, and NVRTC's kernels.
 pub mod cuda {
-    pub use crate::ops::cuda::{KernelImage, KernelTarget, compile_kernels};
+    pub use crate::ops::cuda::{
+        KernelImage, KernelTarget, compile_kernels, compile_kernels_cached,
+    };
+    pub use crate::ops::kernel_cache::{CacheSize, KernelCache, KernelKey, Lookup};
     pub use crate::ops::kernel_source::kernel_names;
     pub use crate::raw::driver::*;
 }

@@ -225,11 +225,14 @@ fn expandable_address_space_comes_from_the_same_range() {
     let handle = unsafe { backend.map(space, 20 * MIB) }.expect("room for a page");
     // SAFETY: mapped above; nothing uses it.
     unsafe {
-        backend.unmap(&[MappedPage {
-            ptr: space,
-            size: 20 * MIB,
-            handle,
-        }])
+        backend.unmap(
+            &[MappedPage {
+                ptr: space,
+                size: 20 * MIB,
+                handle,
+            }],
+            None,
+        )
     };
     // SAFETY: reserved above; nothing of it is mapped any more.
     unsafe { backend.release_address_space(space, 100 * MIB) };

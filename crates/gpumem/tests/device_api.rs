@@ -184,6 +184,50 @@ fn pinned_buffers_come_from_a_caching_host_allocator() {
 }
 
 #[test]
+fn with_host_register_pinned_blocks_are_registered_memory_and_carry_copies_intact() {
+    let dev = gpumem::testing::device();
+    dev.set_allocator_settings("pinned_use_cuda_host_register:True,pinned_num_register_threads:4")
+        .unwrap();
+    let stream = dev.stream().unwrap();
+    let n = 1 << 18; // 1 MiB of u32: four threads touch its pages
+    let mut staging = dev.alloc_pinned::<u32>(n).unwrap();
+    assert_eq!(
+        staging.pinning(),
+        gpumem::backend::Pinning::Register { threads: 4 }
+    );
+    assert!(
+        staging.as_slice().iter().all(|&v| v == 0),
+        "zeros, as alloc_pinned promises"
+    );
+    staging
+        .as_mut_slice()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = i as u32 ^ 0x5a5a);
+    let mut on_device = stream.alloc::<u32>(n).unwrap();
+    staging
+        .copy_to_device_async(&mut on_device, &stream)
+        .unwrap();
+    let mut back = dev.alloc_pinned::<u32>(n).unwrap();
+    back.copy_from_device_async(&on_device, &stream).unwrap();
+    stream.synchronize().unwrap();
+    assert!(
+        back.as_slice()
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == i as u32 ^ 0x5a5a)
+    );
+    drop((staging, back));
+    // A block made by registering is freed by unregistering, whatever the settings are by then.
+    dev.set_allocator_settings("pinned_use_cuda_host_register:False")
+        .unwrap();
+    dev.empty_host_cache();
+    assert_eq!(dev.host_memory_stats().num_host_free, 2);
+    let plain = dev.alloc_pinned::<u32>(16).unwrap();
+    assert_eq!(plain.pinning(), gpumem::backend::Pinning::HostAlloc);
+}
+
+#[test]
 fn async_copies_through_pinned_memory_arrive_intact_and_are_counted() {
     let dev = gpumem::testing::device();
     let stream = dev.stream().unwrap();

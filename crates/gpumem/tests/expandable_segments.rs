@@ -3,9 +3,10 @@
 //! free pages, as torch 2.x's `ExpandableSegment` does.
 
 use gpumem::allocator::{CachingAllocator, StreamId};
-use gpumem::backend::{DevicePtr, MappedPage, RawMemory, ReserveError};
+use gpumem::backend::{DevicePtr, MappedPage, RawMemory, RawStream, ReserveError};
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::{AllocatorConfig, Error, TraceAction};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const MIB: usize = 1 << 20;
@@ -208,11 +209,24 @@ fn mapped_memory_is_usable_and_reads_zero_after_an_unmap() {
     a.free(keep, vec![]);
 }
 
-/// The cpu backend, counting `unmap` calls (each waits once for the device) and pages unmapped.
+/// The cpu backend, counting `unmap` calls (each waits once) and pages unmapped, and noting the
+/// stream each call waited for.
 struct CountingUnmaps {
     backend: CpuBackend,
     calls: AtomicUsize,
     pages: AtomicUsize,
+    waited_for: Mutex<Vec<Option<RawStream>>>,
+}
+
+impl CountingUnmaps {
+    fn new() -> CountingUnmaps {
+        CountingUnmaps {
+            backend: CpuBackend::new(1 << 30),
+            calls: AtomicUsize::new(0),
+            pages: AtomicUsize::new(0),
+            waited_for: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl RawMemory for CountingUnmaps {
@@ -237,22 +251,19 @@ impl RawMemory for CountingUnmaps {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { self.backend.map(ptr, size) }
     }
-    unsafe fn unmap(&self, pages: &[MappedPage]) {
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.pages.fetch_add(pages.len(), Ordering::Relaxed);
+        self.waited_for.lock().unwrap().push(stream);
         // SAFETY: forwarded with the caller's guarantee.
-        unsafe { self.backend.unmap(pages) }
+        unsafe { self.backend.unmap(pages, stream) }
     }
 }
 
 #[test]
 fn empty_cache_unmaps_a_free_range_with_one_wait_not_one_per_page() {
     let a = CachingAllocator::new(
-        CountingUnmaps {
-            backend: CpuBackend::new(1 << 30),
-            calls: AtomicUsize::new(0),
-            pages: AtomicUsize::new(0),
-        },
+        CountingUnmaps::new(),
         "cpu",
         AllocatorConfig::parse("expandable_segments:True").unwrap(),
     );
@@ -268,4 +279,95 @@ fn empty_cache_unmaps_a_free_range_with_one_wait_not_one_per_page() {
         1,
         "one range, one wait (torch synchronizes once per range it unmaps)"
     );
+}
+
+#[test]
+fn unmapping_waits_for_the_segments_own_stream_or_the_device_once_that_stream_is_gone() {
+    let a = CachingAllocator::new(
+        CountingUnmaps::new(),
+        "cpu",
+        AllocatorConfig::parse("expandable_segments:True").unwrap(),
+    );
+    let side = StreamId(3);
+    a.register_stream(side, RawStream(7));
+    for stream in [S0, side] {
+        let block = a.malloc(40 * MIB, stream).unwrap();
+        a.free(block, vec![]);
+    }
+    a.empty_cache();
+    let mut waited = a.backend().waited_for.lock().unwrap().clone();
+    waited.sort();
+    assert_eq!(
+        waited,
+        [Some(RawStream(0)), Some(RawStream(7))],
+        "each segment's range waits for its own stream (torch's cudaStreamSynchronize(stream_))"
+    );
+    a.forget_stream(side);
+    let block = a.malloc(40 * MIB, side).unwrap();
+    a.free(block, vec![]);
+    a.empty_cache();
+    assert_eq!(
+        a.backend().waited_for.lock().unwrap().last(),
+        Some(&None),
+        "a stream forgotten (destroyed) is not waited for by its handle: the whole device is"
+    );
+}
+
+/// The cpu backend as a device without CUDA virtual memory management would be.
+struct NoVirtualMemory(CpuBackend);
+
+impl RawMemory for NoVirtualMemory {
+    fn reserve(&self, size: usize) -> Result<DevicePtr, ReserveError> {
+        self.0.reserve(size)
+    }
+    unsafe fn release(&self, ptr: DevicePtr, size: usize) {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.0.release(ptr, size) }
+    }
+    fn mem_get_info(&self) -> gpumem::Result<(usize, usize)> {
+        self.0.mem_get_info()
+    }
+    fn virtual_memory_management(&self) -> bool {
+        false
+    }
+    fn reserve_address_space(&self, _size: usize) -> Result<DevicePtr, ReserveError> {
+        panic!("address space reserved on a device without virtual memory management")
+    }
+    unsafe fn release_address_space(&self, _ptr: DevicePtr, _size: usize) {
+        unreachable!("nothing was reserved")
+    }
+    unsafe fn map(&self, _ptr: DevicePtr, _size: usize) -> Result<u64, ReserveError> {
+        unreachable!("nothing was reserved")
+    }
+    unsafe fn unmap(&self, _pages: &[MappedPage], _stream: Option<RawStream>) {
+        unreachable!("nothing was mapped")
+    }
+}
+
+#[test]
+fn without_virtual_memory_management_expandable_segments_fail_plainly_and_false_still_works() {
+    let a = CachingAllocator::new(
+        NoVirtualMemory(CpuBackend::new(1 << 30)),
+        "cuda:0",
+        AllocatorConfig::parse("expandable_segments:True").unwrap(),
+    );
+    let err = a.malloc(40 * MIB, S0).unwrap_err();
+    assert!(matches!(err, Error::BadSetting { .. }), "{err:?}");
+    let message = err.to_string();
+    for part in [
+        "expandable_segments",
+        "cuda:0",
+        "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED",
+        "expandable_segments:False",
+    ] {
+        assert!(message.contains(part), "{part:?} missing from: {message}");
+    }
+    assert_eq!(a.reserved_bytes(), 0);
+    a.set_allocator_settings("expandable_segments:False")
+        .unwrap();
+    let block = a
+        .malloc(40 * MIB, S0)
+        .expect("fixed segments need no virtual memory");
+    assert_eq!(a.reserved_bytes(), 40 * MIB as u64);
+    a.free(block, vec![]);
 }

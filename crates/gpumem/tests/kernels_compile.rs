@@ -9,7 +9,10 @@
 //! table: `cargo test -p gpumem --test kernels_compile -- --nocapture`.
 
 use anyhow::{Context, Result, bail, ensure};
-use gpumem::cuda::{KernelImage, KernelTarget, compile_kernels, kernel_names};
+use gpumem::cuda::{
+    KernelCache, KernelImage, KernelTarget, Lookup, compile_kernels, compile_kernels_cached,
+    kernel_names,
+};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -85,6 +88,58 @@ fn every_kernel_compiles_to_machine_code_for_each_architecture() -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The machine code in `image`, or an error naming what NVRTC gave instead.
+fn cubin(image: KernelImage) -> Result<Vec<u8>> {
+    match image {
+        KernelImage::Cubin(bytes) => Ok(bytes),
+        KernelImage::Ptx(_) => bail!("machine code was asked for, NVRTC gave PTX"),
+    }
+}
+
+#[test]
+fn the_kernel_cache_compiles_once_per_machine_and_recompiles_a_corrupt_entry() -> Result<()> {
+    if !nvrtc_here("the_kernel_cache_compiles_once_per_machine_and_recompiles_a_corrupt_entry")? {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let cache = KernelCache::at(dir.path().join("kernels"));
+    let target = KernelTarget::Cubin(9, 0);
+    let (image, lookup) = compile_kernels_cached(target, Some(&cache))?;
+    ensure!(
+        lookup == Lookup::Compiled,
+        "an empty cache compiles: {lookup:?}"
+    );
+    let first = cubin(image)?;
+    ensure!(first.starts_with(b"\x7fELF"), "not an ELF image");
+    let (image, lookup) = compile_kernels_cached(target, Some(&cache))?;
+    ensure!(
+        lookup == Lookup::Hit,
+        "the second process reads the entry: {lookup:?}"
+    );
+    ensure!(cubin(image)? == first, "the entry holds what NVRTC made");
+    let size = cache.size()?;
+    ensure!(size.entries == 1, "one entry: {size:?}");
+    ensure!(size.bytes > first.len() as u64, "{size:?}");
+    // A damaged entry (a bit flipped on disk) is compiled again, never loaded.
+    let entry = std::fs::read_dir(cache.dir())?
+        .next()
+        .context("the entry")??
+        .path();
+    let mut bytes = std::fs::read(&entry)?;
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&entry, &bytes)?;
+    let (image, lookup) = compile_kernels_cached(target, Some(&cache))?;
+    ensure!(
+        matches!(&lookup, Lookup::Recompiled(why) if why.contains("corrupt")),
+        "{lookup:?}"
+    );
+    ensure!(cubin(image)? == first, "recompiled, the same machine code");
+    let (_, lookup) = compile_kernels_cached(target, Some(&cache))?;
+    ensure!(lookup == Lookup::Hit, "and stored again: {lookup:?}");
     Ok(())
 }
 

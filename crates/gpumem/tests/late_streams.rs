@@ -169,3 +169,40 @@ fn empty_cache_runs_queued_copies_before_it_releases_their_memory() {
     // The queued upload ran before its segment was released (else this would fault).
     dev.synchronize().expect("device synchronize");
 }
+
+#[test]
+fn unmapping_an_expandable_segment_waits_for_its_stream_and_only_that_stream() {
+    let Some(dev) =
+        late_cpu("unmapping_an_expandable_segment_waits_for_its_stream_and_only_that_stream")
+    else {
+        return;
+    };
+    dev.set_allocator_settings("expandable_segments:True")
+        .expect("settings");
+    let (side, other) = (dev.stream().expect("stream"), dev.stream().expect("stream"));
+    // A block of side's own segment, freed at once: its page is unmapped by empty_cache.
+    let freed = side.alloc::<f32>(N).expect("side-stream buffer");
+    // Work queued on side and on another stream. Side's writes a buffer that stays in use, not
+    // the page unmapped, so that a missing wait fails the assertion below instead of faulting.
+    let (_kept_side, _pinned_side) = upload_on(&dev, &side);
+    let side_done = side.record_untimed_event().expect("event");
+    let (_kept_other, _pinned_other) = upload_on(&dev, &other);
+    let other_done = other.record_untimed_event().expect("event");
+    drop(freed);
+    let reserved = dev.memory_reserved();
+    dev.empty_cache();
+    assert!(
+        dev.memory_reserved() < reserved,
+        "empty_cache unmapped side's page ({reserved} B reserved before, {} B after)",
+        dev.memory_reserved()
+    );
+    assert!(
+        side_done.query().expect("query"),
+        "the page was unmapped before the work queued on its segment's stream had run"
+    );
+    assert!(
+        !other_done.query().expect("query"),
+        "unmapping waited for the whole device, not the segment's stream alone"
+    );
+    dev.synchronize().expect("device synchronize");
+}

@@ -92,3 +92,36 @@ fn an_unusable_device_setting_is_named_and_fails_doctor() {
     );
     assert!(stdout.contains("smoke test skipped"), "{stdout}");
 }
+
+#[test]
+fn doctor_shows_the_kernel_caches_folder_entries_and_size() {
+    let dir = tempfile::tempdir().expect("scratch folder");
+    let cache = gpumem::cuda::KernelCache::at(dir.path().join("kernels"));
+    let key = gpumem::cuda::KernelKey {
+        source: "// a kernel",
+        target: "sm_90",
+        nvrtc: (13, 0),
+    };
+    cache
+        .get_or_compile(&key, || Ok(vec![7; 3000]))
+        .expect("an entry");
+    let size = cache.size().expect("size");
+    let (output, stdout, stderr) = common::run(
+        common::workbook()
+            .arg("doctor")
+            .env("GPUMEM_KERNEL_CACHE", cache.dir()),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let want = format!(
+        "kernel cache          {}: 1 entries, {}",
+        cache.dir().display(),
+        gpumem::format_bytes(size.bytes)
+    );
+    assert!(stdout.contains(&want), "missing {want:?} in:\n{stdout}");
+    let (_, stdout, _) = common::run(
+        common::workbook()
+            .arg("doctor")
+            .env("GPUMEM_KERNEL_CACHE", "off"),
+    );
+    assert!(stdout.contains("kernel cache          off"), "{stdout}");
+}

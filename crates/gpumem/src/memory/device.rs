@@ -8,7 +8,7 @@ use crate::policy::config::AllocatorConfig;
 use crate::policy::history::Snapshot;
 use crate::policy::stats::MemoryStats;
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, MappedPage, RawMemory, ReserveError,
+    DeviceBackend, DeviceProperties, DevicePtr, MappedPage, RawMemory, RawStream, ReserveError,
 };
 use crate::raw::cpu::{CpuBackend, cpu_capacity, cpu_streams_late, physical_memory};
 use std::collections::HashMap;
@@ -46,6 +46,9 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
     fn mem_get_info(&self) -> Result<(usize, usize)> {
         (**self).mem_get_info()
     }
+    fn virtual_memory_management(&self) -> bool {
+        (**self).virtual_memory_management()
+    }
     fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
         (**self).reserve_address_space(size)
     }
@@ -57,9 +60,9 @@ impl<T: RawMemory + ?Sized> RawMemory for Arc<T> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { (**self).map(ptr, size) }
     }
-    unsafe fn unmap(&self, pages: &[MappedPage]) {
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>) {
         // SAFETY: forwarded with the caller's guarantee.
-        unsafe { (**self).unmap(pages) }
+        unsafe { (**self).unmap(pages, stream) }
     }
 }
 
@@ -451,6 +454,12 @@ impl Device {
     /// Replaces the allocator's settings (what `GPUMEM_ALLOC_CONF` sets at start-up).
     pub fn set_allocator_config(&self, config: AllocatorConfig) {
         self.inner.allocator.set_config(config);
+    }
+
+    /// Whether the device can map memory behind reserved address space (CUDA virtual memory
+    /// management), which `expandable_segments:True` needs; always on cpu.
+    pub fn virtual_memory_management(&self) -> bool {
+        self.inner.backend.virtual_memory_management()
     }
 
     /// Waits for all work on the device (`torch.cuda.synchronize`).

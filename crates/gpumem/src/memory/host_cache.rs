@@ -9,7 +9,7 @@ use crate::policy::history::{
     HistoryLevel, HistoryOptions, HostSegmentInfo, TraceAction, TraceEntry, now_us,
 };
 use crate::policy::stats::Stat;
-use crate::raw::backend::{DeviceBackend, HostAllocation};
+use crate::raw::backend::{DeviceBackend, HostAllocation, Pinning};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
@@ -100,13 +100,15 @@ impl HostAllocator {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A block of `size` bytes (a power of two) for a request of `requested` bytes, and its number.
+    /// A block of `size` bytes (a power of two) for a request of `requested` bytes, and its number;
+    /// a block taken from the system is made as `pinning` says.
     pub(super) fn malloc(
         &self,
         backend: &dyn DeviceBackend,
         log: &ActivityLog,
         size: usize,
         requested: usize,
+        pinning: Pinning,
     ) -> Result<(HostAllocation, u64)> {
         let mut st = self.lock();
         let reused = st.free.get_mut(&size).and_then(|list| {
@@ -119,7 +121,7 @@ impl HostAllocator {
         let (alloc, block, action) = match reused {
             Some((alloc, block)) => (alloc, block, HostAction::Reuse),
             None => {
-                let alloc = backend.host_alloc(size)?;
+                let alloc = backend.host_alloc(size, pinning)?;
                 st.stats.num_host_alloc += 1;
                 st.stats.allocations.increase(1);
                 st.stats.allocated_bytes.increase(size as u64);

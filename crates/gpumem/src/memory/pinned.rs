@@ -44,6 +44,7 @@ impl Device {
             &self.inner.activity,
             block_size,
             bytes,
+            self.inner.allocator.config_pinning(),
         )?;
         // SAFETY: the block holds block_size >= bytes bytes and is ours.
         unsafe { std::ptr::write_bytes(alloc.ptr, 0, bytes) };
@@ -79,6 +80,11 @@ impl<T: Element> PinnedBuffer<T> {
     /// Bytes of the cached host block behind it (a power of two).
     pub fn block_bytes(&self) -> usize {
         self.block_size
+    }
+
+    /// How its host block was pinned (`pinned_use_cuda_host_register` when it was made).
+    pub fn pinning(&self) -> crate::raw::backend::Pinning {
+        self.alloc.pinning
     }
 
     /// Remembers a copy in flight, forgetting those already finished (a loop of copies that never

@@ -20,6 +20,7 @@ impl Drop for StreamInner {
     fn drop(&mut self) {
         if self.raw != RawStream(0) {
             let _ = self.device.synchronize_raw(self.raw);
+            self.device.inner.allocator.forget_stream(self.id);
             self.device.inner.backend.destroy_stream(self.raw);
         }
     }
@@ -49,6 +50,7 @@ impl Device {
     pub fn stream(&self) -> Result<Stream> {
         let raw = self.inner.backend.create_stream()?;
         let id = StreamId(self.inner.next_stream_id.fetch_add(1, Ordering::Relaxed));
+        self.inner.allocator.register_stream(id, raw);
         Ok(Stream {
             inner: Arc::new(StreamInner {
                 device: self.clone(),

@@ -2,12 +2,14 @@
 //! handle per device, made at first use and kept; launches on the legacy default stream.
 
 use super::DType;
+use super::kernel_cache::{KernelCache, KernelKey, Lookup};
 use super::kernel_source::kernel_source;
 use crate::error::{Error, Result};
 use crate::raw::backend::{DeviceBackend, DevicePtr};
 use crate::raw::cuda::CudaBackend;
 use crate::raw::driver::{
     cublas_error, driver_error, explain_driver_error, library_name, nvrtc_error, nvrtc_missing,
+    nvrtc_version,
 };
 use cudarc::cublas::{result as blas_result, sys as blas_sys};
 use cudarc::driver::{CudaContext, CudaFunction, result as driver_result};
@@ -73,6 +75,22 @@ pub enum KernelImage {
 }
 
 impl KernelImage {
+    /// The image's bytes (PTX as UTF-8 text), as the kernel cache stores them.
+    fn into_bytes(self) -> Vec<u8> {
+        match self {
+            KernelImage::Cubin(bytes) => bytes,
+            KernelImage::Ptx(text) => text.into_bytes(),
+        }
+    }
+
+    /// The image `into_bytes` made for `target`.
+    fn from_bytes(target: KernelTarget, bytes: Vec<u8>) -> KernelImage {
+        match target {
+            KernelTarget::Cubin(..) => KernelImage::Cubin(bytes),
+            KernelTarget::Ptx(_) => KernelImage::Ptx(String::from_utf8_lossy(&bytes).into_owned()),
+        }
+    }
+
     /// The image in cudarc's type, for `CudaContext::load_module`.
     fn into_cudarc(self) -> cudarc::nvrtc::Ptx {
         match self {
@@ -96,6 +114,28 @@ impl Drop for Program {
 /// (needs libnvrtc, no GPU); a compile error carries NVRTC's log.
 pub fn compile_kernels(target: KernelTarget) -> Result<KernelImage> {
     compile_source(&kernel_source().0, target)
+}
+
+/// As [`compile_kernels`], through `cache` (see [`KernelCache`]): a machine compiles the kernels
+/// once per target and NVRTC version. `None` compiles every time. Says where the image came from.
+pub fn compile_kernels_cached(
+    target: KernelTarget,
+    cache: Option<&KernelCache>,
+) -> Result<(KernelImage, Lookup)> {
+    let (source, _) = kernel_source();
+    let Some(cache) = cache else {
+        return Ok((compile_source(&source, target)?, Lookup::Compiled));
+    };
+    let target_name = target.to_string();
+    let key = KernelKey {
+        source: &source,
+        target: &target_name,
+        nvrtc: nvrtc_version()?,
+    };
+    let (bytes, lookup) = cache.get_or_compile(&key, || {
+        compile_source(&source, target).map(KernelImage::into_bytes)
+    })?;
+    Ok((KernelImage::from_bytes(target, bytes), lookup))
 }
 
 /// NVRTC's text (a log, PTX) up to its terminating NUL.
@@ -207,12 +247,14 @@ impl Kernels {
         // Machine code for this GPU first; PTX, which the driver compiles, if NVRTC does not know
         // the GPU's architecture (a GPU newer than NVRTC).
         let (major, minor) = backend.properties()?.compute_capability;
-        let module = match compile_kernels(KernelTarget::Cubin(major, minor)).and_then(load_module)
-        {
+        let cache = KernelCache::from_env();
+        let compile =
+            |target| compile_kernels_cached(target, cache.as_ref()).map(|(image, _)| image);
+        let module = match compile(KernelTarget::Cubin(major, minor)).and_then(load_module) {
             Ok(module) => module,
             // NVRTC is missing: PTX would need it too.
             Err(e @ Error::CudaUnavailable { .. }) => return Err(e),
-            Err(first) => compile_kernels(KernelTarget::Ptx(None))
+            Err(first) => compile(KernelTarget::Ptx(None))
                 .and_then(load_module)
                 .map_err(|second| Error::Driver {
                     op: "load_kernels",
@@ -333,11 +375,11 @@ impl SetupFailure {
 }
 
 /// One entry per device ordinal: the kernels, or why they could not be made.
-type KernelCache = Mutex<HashMap<usize, std::result::Result<Arc<Kernels>, SetupFailure>>>;
+type LoadedKernels = Mutex<HashMap<usize, std::result::Result<Arc<Kernels>, SetupFailure>>>;
 
 /// The device's kernels, compiled and loaded at first use.
 pub(crate) fn kernels(backend: &CudaBackend) -> Result<Arc<Kernels>> {
-    static CACHE: OnceLock<KernelCache> = OnceLock::new();
+    static CACHE: OnceLock<LoadedKernels> = OnceLock::new();
     let mut cache = CACHE
         .get_or_init(Default::default)
         .lock()

@@ -37,6 +37,7 @@ mod dropout;
 mod elementwise;
 mod gemm;
 mod grad;
+pub(crate) mod kernel_cache;
 pub(crate) mod kernel_source;
 mod layer_norm;
 mod model;

@@ -17,8 +17,8 @@ use crate::policy::history::{
     BlockInfo, BlockState, History, HistoryOptions, SegmentInfo, Snapshot, TraceAction,
 };
 use crate::policy::stats::{DeviceStats, MemoryStats, Pool};
-use crate::raw::backend::{DevicePtr, MappedPage, RawMemory, ReserveError};
-use std::collections::BTreeMap;
+use crate::raw::backend::{DevicePtr, MappedPage, Pinning, RawMemory, RawStream, ReserveError};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 pub use crate::policy::blocks::Allocation;
@@ -53,6 +53,7 @@ impl<B: RawMemory> CachingAllocator<B> {
                 oversize_segments: Default::default(),
                 unmapped: BTreeMap::new(),
                 expandable: Vec::new(),
+                raw_streams: HashMap::new(),
                 stats: DeviceStats {
                     max_split_size: config.max_split_size as u64,
                     ..DeviceStats::default()
@@ -207,6 +208,24 @@ impl<B: RawMemory> CachingAllocator<B> {
         self.release_cached_blocks(&mut st);
     }
 
+    /// Tells the allocator the backend's handle of stream `id`, so that unmapping its expandable
+    /// segment's pages waits for that stream alone, as torch's does. Call [`forget_stream`]
+    /// before the stream is destroyed; until then `raw` must stay alive. The default stream
+    /// (`StreamId(0)`) is always `RawStream(0)`.
+    ///
+    /// [`forget_stream`]: CachingAllocator::forget_stream
+    pub fn register_stream(&self, id: StreamId, raw: RawStream) {
+        if id != StreamId(0) {
+            self.lock().raw_streams.insert(id, raw);
+        }
+    }
+
+    /// Forgets a stream's handle (it is about to be destroyed): from now on unmapping its
+    /// segment's pages waits for the whole device.
+    pub fn forget_stream(&self, id: StreamId) {
+        self.lock().raw_streams.remove(&id);
+    }
+
     /// `torch.cuda.memory_stats()`.
     pub fn memory_stats(&self) -> MemoryStats {
         self.lock().stats.to_memory_stats()
@@ -258,6 +277,12 @@ impl<B: RawMemory> CachingAllocator<B> {
     /// The current configuration.
     pub fn config(&self) -> AllocatorConfig {
         self.lock().config.clone()
+    }
+
+    /// How the device's pinned host memory is made under the current settings
+    /// ([`AllocatorConfig::pinning`]).
+    pub fn config_pinning(&self) -> Pinning {
+        self.lock().config.pinning()
     }
 
     /// Replaces the configuration; cached blocks stay.
@@ -465,6 +490,9 @@ impl<B: RawMemory> CachingAllocator<B> {
             Pool::Small => SMALL_BUFFER,
             Pool::Large => LARGE_BUFFER,
         };
+        if !self.backend.virtual_memory_management() {
+            return Err(expandable_unsupported(&self.device));
+        }
         let (_, total) = self.backend.mem_get_info()?;
         let wanted = total
             .saturating_add(total / 8)
@@ -478,6 +506,7 @@ impl<B: RawMemory> CachingAllocator<B> {
         };
         let segment = st.expandable.len();
         st.expandable.push(Some(ExpandableSegment {
+            stream,
             base,
             size: space,
             page_size,
@@ -576,8 +605,14 @@ impl<B: RawMemory> CachingAllocator<B> {
     }
 
     /// Unmaps pages `begin..end` of expandable segment `segment`: one backend call, which waits
-    /// once for the work that may still use them.
+    /// once for the segment's stream (torch's `unmapHandles`), or for the whole device when that
+    /// stream is gone or was never registered.
     fn unmap_pages(&self, st: &mut State, segment: usize, begin: usize, end: usize) {
+        let stream = st.segment_mut(segment).stream;
+        let raw = match stream {
+            StreamId(0) => Some(RawStream(0)),
+            other => st.raw_streams.get(&other).copied(),
+        };
         let seg = st.segment_mut(segment);
         let (base, page_size) = (seg.base, seg.page_size);
         let pages: Vec<MappedPage> = (begin..end)
@@ -590,8 +625,9 @@ impl<B: RawMemory> CachingAllocator<B> {
                 })
             })
             .collect();
-        // SAFETY: every page was mapped by `map` with its handle and holds no live block.
-        unsafe { self.backend.unmap(&pages) };
+        // SAFETY: every page was mapped by `map` with its handle and holds no live block; a
+        // registered stream is alive until `forget_stream`, which needs this lock.
+        unsafe { self.backend.unmap(&pages, raw) };
     }
 
     /// Finds room for `size` bytes in an expandable segment and maps what is missing (torch's
@@ -863,5 +899,19 @@ impl<B: RawMemory> Drop for CachingAllocator<B> {
     /// alone: someone may still use that memory.
     fn drop(&mut self) {
         self.empty_cache();
+    }
+}
+
+/// The error for `expandable_segments:True` on a device without CUDA virtual memory management.
+/// torch 2.15 does not read the attribute: there the allocation fails with the driver's error
+/// from its first virtual-memory call. gpumem fails at the same allocation, and says why.
+fn expandable_unsupported(device: &str) -> Error {
+    Error::BadSetting {
+        setting: "expandable_segments".into(),
+        reason: format!(
+            "expandable_segments:True needs CUDA virtual memory management (cuMemCreate, cuMemMap), \
+             which {device} does not support (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED \
+             is 0); set expandable_segments:False in GPUMEM_ALLOC_CONF"
+        ),
     }
 }

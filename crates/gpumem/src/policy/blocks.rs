@@ -7,8 +7,8 @@ use crate::policy::history::{History, TraceAction};
 use crate::policy::sizes::{MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::policy::stats::{DeviceStats, Pool};
 use crate::policy::streams::{PendingUse, StreamId};
-use crate::raw::backend::DevicePtr;
-use std::collections::BTreeMap;
+use crate::raw::backend::{DevicePtr, RawStream};
+use std::collections::{BTreeMap, HashMap};
 
 /// A live block handed out by [`CachingAllocator::malloc`](crate::allocator::CachingAllocator::malloc); give it back with `free`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,12 +98,17 @@ pub(super) struct State {
     pub(super) unmapped: BTreeMap<(Pool, StreamId, DevicePtr), BlockId>,
     /// Expandable segments (`None`: released).
     pub(super) expandable: Vec<Option<ExpandableSegment>>,
+    /// The backend's handle of each live stream but the default one (always `RawStream(0)`), for
+    /// the wait before an expandable segment's pages are unmapped.
+    pub(super) raw_streams: HashMap<StreamId, RawStream>,
     pub(super) config: AllocatorConfig,
     pub(super) history: History,
 }
 
 /// One expandable segment: reserved address space, with memory mapped page by page.
 pub(super) struct ExpandableSegment {
+    /// The stream whose blocks it holds (one segment per stream and pool).
+    pub(super) stream: StreamId,
     pub(super) base: DevicePtr,
     /// Bytes of address space.
     pub(super) size: usize,

@@ -12,6 +12,7 @@
 //! assert; gpumem names the problem instead.
 
 use crate::error::{Error, Result};
+use crate::raw::backend::Pinning;
 
 const MIB: usize = 1 << 20;
 /// torch's default `large_segment_size_mb` (`kLargeBuffer`, 20 MiB): the segment size of requests
@@ -72,9 +73,10 @@ pub struct AllocatorConfig {
     pub expandable_segments: bool,
     /// Accepted as torch does; gpumem holds its lock through every reservation either way.
     pub release_lock_on_cudamalloc: bool,
-    /// Accepted as torch does; gpumem's pinned memory is always `cuMemHostAlloc` (or host pages).
+    /// Pin new host blocks by registering ordinary memory (`cuMemHostRegister`) instead of
+    /// `cuMemHostAlloc`, as torch does ([`AllocatorConfig::pinning`]).
     pub pinned_use_cuda_host_register: bool,
-    /// Accepted as torch does (a power of two up to 128); gpumem registers no host memory.
+    /// Threads that touch a block's pages before it is registered (a power of two up to 128).
     pub pinned_num_register_threads: usize,
     /// Accepted as torch does; gpumem's pinned frees are synchronous.
     pub pinned_use_background_threads: bool,
@@ -424,6 +426,18 @@ impl AllocatorConfig {
         }
     }
 
+    /// How pinned host memory is made: `cuMemHostAlloc`, or with `pinned_use_cuda_host_register`
+    /// ordinary memory registered after `pinned_num_register_threads` threads touched its pages.
+    pub fn pinning(&self) -> Pinning {
+        if self.pinned_use_cuda_host_register {
+            Pinning::Register {
+                threads: self.pinned_num_register_threads,
+            }
+        } else {
+            Pinning::HostAlloc
+        }
+    }
+
     /// The divisions for a request of `size` bytes (torch's `roundup_power2_divisions(size)`).
     pub fn divisions_for(&self, size: usize) -> usize {
         self.roundup_power2_divisions[roundup_interval(size)]
@@ -437,13 +451,6 @@ impl AllocatorConfig {
                 "release_lock_on_cudamalloc:True changes only whether other threads may use the \
                  allocator while a reservation is under way; gpumem keeps its lock, and no number \
                  changes"
-                    .to_string(),
-            );
-        }
-        if self.pinned_use_cuda_host_register {
-            notes.push(
-                "pinned_use_cuda_host_register:True makes torch pin with malloc + cudaHostRegister; \
-                 gpumem always pins with cuMemHostAlloc, so this has no effect"
                     .to_string(),
             );
         }
@@ -467,12 +474,6 @@ impl AllocatorConfig {
                  did not allocate; gpumem frees only its own pinned buffers, so this has no effect"
                     .to_string(),
             );
-        }
-        if self.pinned_num_register_threads != 1 {
-            notes.push(format!(
-                "pinned_num_register_threads:{} has no effect: gpumem registers no host memory",
-                self.pinned_num_register_threads
-            ));
         }
         notes
     }
@@ -748,6 +749,21 @@ mod tests {
     }
 
     #[test]
+    fn host_register_pins_with_the_register_threads_and_is_no_note() {
+        assert_eq!(AllocatorConfig::default().pinning(), Pinning::HostAlloc);
+        let threads_alone = AllocatorConfig::parse("pinned_num_register_threads:8").unwrap();
+        assert_eq!(threads_alone.pinning(), Pinning::HostAlloc);
+        let c = AllocatorConfig::parse(
+            "pinned_use_cuda_host_register:True,pinned_num_register_threads:8",
+        )
+        .unwrap();
+        assert_eq!(c.pinning(), Pinning::Register { threads: 8 });
+        let c = AllocatorConfig::parse("pinned_use_cuda_host_register:True").unwrap();
+        assert_eq!(c.pinning(), Pinning::Register { threads: 1 });
+        assert!(c.notes().is_empty(), "{:?}", c.notes());
+    }
+
+    #[test]
     fn options_that_change_nothing_are_accepted_with_a_note() {
         let c = AllocatorConfig::parse(
             "backend:native,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,\
@@ -756,7 +772,7 @@ mod tests {
         )
         .unwrap();
         let notes = c.notes();
-        assert_eq!(notes.len(), 6, "{notes:?}");
+        assert_eq!(notes.len(), 4, "{notes:?}");
         assert!(notes[0].contains("no number changes"));
         assert_eq!(c.describe(), "torch's defaults");
     }

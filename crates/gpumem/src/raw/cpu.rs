@@ -5,8 +5,9 @@
 //! another stream's wait needs it. Copies with `asynchronous` are queued; a synchronous copy or a
 //! zero-fill first runs its stream's queue, then happens on return, as the cuda backend's
 //! `cuMemcpy*Async` or `cuMemsetD8Async` followed by `cuStreamSynchronize` does. Freeing memory
-//! runs every queue first, as `cuMemFree`, `cuMemUnmap` (the cuda backend synchronizes before it)
-//! and `cuMemFreeHost` wait for the device.
+//! runs every queue first, as `cuMemFree` and `cuMemFreeHost` wait for the device; unmapping an
+//! expandable segment's pages runs the queue of the segment's stream, as the cuda backend
+//! synchronizes that stream before `cuMemUnmap`.
 //!
 //! Segment addresses are deterministic relative to the device: each device reserves one range of
 //! address space on first use and places every segment, and every expandable segment's address
@@ -19,11 +20,11 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
-    RawStream, ReserveError, StreamPoint,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, Pinning, RawEvent,
+    RawMemory, RawStream, ReserveError, StreamPoint, page_aligned_alloc, page_aligned_free,
+    touch_pages,
 };
 use crate::raw::cpu_streams::StreamQueues;
-use std::alloc::Layout;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -459,8 +460,12 @@ impl RawMemory for CpuBackend {
         Ok(0)
     }
 
-    unsafe fn unmap(&self, pages: &[MappedPage]) {
-        self.streams.run_all();
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>) {
+        // As the cuda backend: the segment's stream's work (and what it waits for), or all.
+        match stream {
+            Some(s) => self.streams.run_stream(s.0),
+            None => self.streams.run_all(),
+        }
         for page in pages {
             let (ptr, size) = (page.ptr as *mut libc::c_void, page.size);
             // SAFETY: the caller guarantees the page was mapped by `map` and is unused: its
@@ -599,23 +604,20 @@ impl DeviceBackend for CpuBackend {
         self.streams.set_late(late);
     }
 
-    fn host_alloc(&self, size: usize) -> Result<HostAllocation> {
-        let layout = Layout::from_size_align(size.max(1), 4096).map_err(|e| Error::HostAlloc {
-            size,
-            reason: e.to_string(),
-        })?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(Error::HostAlloc {
-                size,
-                reason: "the system allocator refused".into(),
-            });
+    fn host_alloc(&self, size: usize, pinning: Pinning) -> Result<HostAllocation> {
+        let ptr = page_aligned_alloc(size)?;
+        if let Pinning::Register { threads } = pinning {
+            // SAFETY: ptr..ptr+size was just allocated, page-aligned, and is ours alone.
+            unsafe { touch_pages(ptr, size, threads) };
         }
         // Page-locking may be refused (RLIMIT_MEMLOCK); the buffer then says it is pageable.
         // SAFETY: ptr..ptr+size is memory we own.
         let page_locked = unsafe { libc::mlock(ptr as *const libc::c_void, size.max(1)) } == 0;
-        Ok(HostAllocation { ptr, page_locked })
+        Ok(HostAllocation {
+            ptr,
+            page_locked,
+            pinning,
+        })
     }
 
     unsafe fn host_free(&self, alloc: HostAllocation, size: usize) {
@@ -625,10 +627,7 @@ impl DeviceBackend for CpuBackend {
             if alloc.page_locked {
                 libc::munlock(alloc.ptr as *const libc::c_void, size.max(1));
             }
-            std::alloc::dealloc(
-                alloc.ptr,
-                Layout::from_size_align_unchecked(size.max(1), 4096),
-            );
+            page_aligned_free(alloc.ptr, size);
         }
     }
 }

@@ -7,8 +7,8 @@
 
 use crate::error::{Error, Result};
 use crate::raw::backend::{
-    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, RawEvent, RawMemory,
-    RawStream, ReserveError,
+    DeviceBackend, DeviceProperties, DevicePtr, HostAllocation, MappedPage, Pinning, RawEvent,
+    RawMemory, RawStream, ReserveError, page_aligned_alloc, page_aligned_free, touch_pages,
 };
 use crate::raw::driver;
 use cudarc::driver::{CudaContext, DriverError, result, sys};
@@ -23,6 +23,9 @@ pub struct CudaBackend {
     /// next `record_event` without timing records one of them again, as torch pools its events
     /// per device instead of creating one per use.
     idle_events: Mutex<Vec<u64>>,
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`, read once when opened (false
+    /// where the driver cannot say).
+    virtual_memory_management: bool,
 }
 
 // Everything a backend holds is an ordinal and an `Arc` of a thread-safe context.
@@ -47,10 +50,19 @@ impl CudaBackend {
         let ctx = CudaContext::new(ordinal).map_err(|e| {
             driver::driver_error("cuDevicePrimaryCtxRetain", &format!("cuda:{ordinal}"), e)
         })?;
+        // SAFETY: the device is the one the context was just made for.
+        let virtual_memory_management = unsafe {
+            result::device::get_attribute(
+                ctx.cu_device(),
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            )
+        }
+        .is_ok_and(|supported| supported != 0);
         Ok(CudaBackend {
             ordinal,
             ctx,
             idle_events: Mutex::new(Vec::new()),
+            virtual_memory_management,
         })
     }
 
@@ -142,6 +154,10 @@ impl RawMemory for CudaBackend {
         self.call("cuMemGetInfo", result::mem_get_info)
     }
 
+    fn virtual_memory_management(&self) -> bool {
+        self.virtual_memory_management
+    }
+
     fn reserve_address_space(&self, size: usize) -> std::result::Result<DevicePtr, ReserveError> {
         self.bind().map_err(ReserveError::Other)?;
         let mut ptr: sys::CUdeviceptr = 0;
@@ -206,15 +222,20 @@ impl RawMemory for CudaBackend {
         Ok(handle as u64)
     }
 
-    unsafe fn unmap(&self, pages: &[MappedPage]) {
+    unsafe fn unmap(&self, pages: &[MappedPage], stream: Option<RawStream>) {
         if pages.is_empty() || self.bind().is_err() {
             return;
         }
-        // cuMemUnmap does not wait for work that may still use the range (torch synchronizes the
-        // segment's stream first, once per range, for the same reason). The allocator knows its
-        // streams by id, not by CUstream, so this waits for the whole context: once per range
-        // all the same. Failures cannot be reported here.
-        let _ = result::ctx::synchronize();
+        // cuMemUnmap does not wait for work that may still use the range, so wait first, once
+        // for the whole range, as torch's `unmapHandles` does: for the segment's stream (work on
+        // other streams reached its blocks through `record_stream`, whose events the allocator
+        // has waited for already), or the whole context where the stream is gone. Failures
+        // cannot be reported here.
+        let _ = match stream {
+            // SAFETY: the caller guarantees the stream is alive.
+            Some(s) => unsafe { result::stream::synchronize(cu_stream(s)) },
+            None => result::ctx::synchronize(),
+        };
         for page in pages {
             // SAFETY: the caller guarantees each page and handle are one `map` call's, unused.
             unsafe {
@@ -445,8 +466,74 @@ impl DeviceBackend for CudaBackend {
         let _ = unsafe { result::event::destroy(handle as usize as sys::CUevent) };
     }
 
-    fn host_alloc(&self, size: usize) -> Result<HostAllocation> {
+    fn host_alloc(&self, size: usize, pinning: Pinning) -> Result<HostAllocation> {
         self.bind()?;
+        let threads = match pinning {
+            Pinning::HostAlloc => return self.host_alloc_pinned(size),
+            Pinning::Register { threads } => threads,
+        };
+        // torch's `allocWithCudaHostRegister`: ordinary memory, its pages touched (on several
+        // threads), then page-locked in place, which holds the driver's lock for less time.
+        let ptr = page_aligned_alloc(size)?;
+        // SAFETY: ptr..ptr+size was just allocated, page-aligned, and is ours alone.
+        unsafe { touch_pages(ptr, size, threads) };
+        let fail = |reason: String| {
+            // SAFETY: allocated above; the driver does not hold it.
+            unsafe { page_aligned_free(ptr, size) };
+            Error::HostAlloc { size, reason }
+        };
+        // SAFETY: ptr..ptr+size is memory we own; flags 0 is cudaHostRegisterDefault.
+        unsafe { sys::cuMemHostRegister_v2(ptr.cast(), size.max(1), 0) }
+            .result()
+            .map_err(|e| {
+                fail(format!(
+                    "cuMemHostRegister failed (pinned_use_cuda_host_register:True): {}",
+                    driver::explain_driver_error(e)
+                ))
+            })?;
+        let mut device_ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the memory was just registered.
+        let mapped = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device_ptr, ptr.cast(), 0) };
+        if mapped != sys::CUresult::CUDA_SUCCESS || device_ptr != ptr as sys::CUdeviceptr {
+            // SAFETY: registered above, not used by anyone.
+            let _ = unsafe { sys::cuMemHostUnregister(ptr.cast()) };
+            // torch 2.15 refuses the same way (`registerPages`).
+            return Err(fail(
+                "the host and device addresses of registered memory differ; set \
+                 pinned_use_cuda_host_register:False (the default)"
+                    .to_string(),
+            ));
+        }
+        Ok(HostAllocation {
+            ptr,
+            page_locked: true,
+            pinning,
+        })
+    }
+
+    unsafe fn host_free(&self, alloc: HostAllocation, size: usize) {
+        if alloc.ptr.is_null() || self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the memory came from `host_alloc(size)` made as `alloc.pinning` says and is no
+        // longer used (the caller's guarantee). A failure cannot be reported here.
+        unsafe {
+            match alloc.pinning {
+                Pinning::HostAlloc => {
+                    let _ = result::free_host(alloc.ptr.cast());
+                }
+                Pinning::Register { .. } => {
+                    let _ = sys::cuMemHostUnregister(alloc.ptr.cast());
+                    page_aligned_free(alloc.ptr, size);
+                }
+            }
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Page-locked host memory from `cuMemHostAlloc` (the context is bound).
+    fn host_alloc_pinned(&self, size: usize) -> Result<HostAllocation> {
         // Flags 0: plain page-locked memory (not write-combined, which is slow to read from the
         // host); with unified addressing it is usable from every context. A 0-byte request still
         // gets a real allocation so that `host_free` always has something to free.
@@ -455,21 +542,13 @@ impl DeviceBackend for CudaBackend {
             Ok(ptr) => Ok(HostAllocation {
                 ptr: ptr.cast(),
                 page_locked: true,
+                pinning: Pinning::HostAlloc,
             }),
             Err(e) => Err(Error::HostAlloc {
                 size,
                 reason: format!("cuMemHostAlloc failed: {}", driver::explain_driver_error(e)),
             }),
         }
-    }
-
-    unsafe fn host_free(&self, alloc: HostAllocation, _size: usize) {
-        if alloc.ptr.is_null() || self.bind().is_err() {
-            return;
-        }
-        // SAFETY: the memory came from `host_alloc` (cuMemHostAlloc) and is no longer used (the
-        // caller's guarantee). A failure cannot be reported through this signature.
-        let _ = unsafe { result::free_host(alloc.ptr.cast()) };
     }
 }
 
@@ -518,6 +597,55 @@ mod tests {
         assert!(err.to_string().contains("cuEventElapsedTime"), "{err}");
         backend.destroy_event(again);
         backend.destroy_event(timed);
+    }
+
+    #[test]
+    fn unmap_waits_for_the_segments_stream_before_the_page_goes() {
+        if !driver::is_available() {
+            eprintln!("skipped: no CUDA device");
+            return;
+        }
+        let backend = CudaBackend::new(0).unwrap();
+        let stream = backend.create_stream().unwrap();
+        let page = 2 << 20;
+        let space = backend.reserve_address_space(page).unwrap();
+        // SAFETY: the range was just reserved and is not mapped.
+        let handle = unsafe { backend.map(space, page) }.unwrap();
+        // Work on the segment's stream that uses the page, queued and not waited for.
+        let half = (page / 2) as u64;
+        for _ in 0..200 {
+            // SAFETY: both halves lie in the page mapped above.
+            unsafe { backend.copy_dtod(space + half, space, page / 2, stream, true) }.unwrap();
+        }
+        let queued = backend.record_event(stream, false).unwrap();
+        let pages = [MappedPage {
+            ptr: space,
+            size: page,
+            handle,
+        }];
+        // SAFETY: the page came from `map`; only the stream's queued work uses it, and unmap
+        // waits for that stream.
+        unsafe { backend.unmap(&pages, Some(stream)) };
+        assert!(
+            backend.event_query(&queued).unwrap(),
+            "the page was unmapped before the work queued on its stream had finished"
+        );
+        backend.destroy_event(queued);
+        backend.stream_synchronize(stream).unwrap();
+        // SAFETY: reserved above; nothing of it is mapped any more.
+        unsafe { backend.release_address_space(space, page) };
+        backend.destroy_stream(stream);
+    }
+
+    #[test]
+    fn a_gpu_that_can_run_the_suite_reports_virtual_memory_management() {
+        if !driver::is_available() {
+            eprintln!("skipped: no CUDA device");
+            return;
+        }
+        // Every GPU the suite runs on (H100, H200) supports it; a device without it would make
+        // expandable_segments:True fail plainly instead of mapping pages.
+        assert!(CudaBackend::new(0).unwrap().virtual_memory_management());
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub fn run() -> Health {
         }
     }
     describe_nvrtc();
+    describe_kernel_cache();
     row(
         "auto picks",
         match gpumem::cuda::auto_cpu_reason() {
@@ -214,6 +215,32 @@ fn describe_nvrtc() {
     }
 }
 
+/// Where the cuda device keeps NVRTC's compiled kernels, and how much is there.
+fn describe_kernel_cache() {
+    let Some(cache) = gpumem::cuda::KernelCache::from_env() else {
+        row(
+            "kernel cache",
+            "off (GPUMEM_KERNEL_CACHE=off, or no home folder): NVRTC compiles in every process",
+        );
+        return;
+    };
+    let dir = cache.dir().display();
+    match cache.size() {
+        Ok(size) => row(
+            "kernel cache",
+            format!(
+                "{dir}: {} entries, {}",
+                size.entries,
+                format_bytes(size.bytes)
+            ),
+        ),
+        Err(e) => row(
+            "kernel cache",
+            format!("{dir}: unreadable ({e}); kernels are compiled in every process"),
+        ),
+    }
+}
+
 /// Whether NVRTC makes machine code for a GPU of compute capability `major.minor`, in words.
 fn kernels_for(major: u32, minor: u32) -> String {
     match gpumem::cuda::nvrtc_supported_archs() {
@@ -240,6 +267,12 @@ fn describe_device(dev: &gpumem::Device) {
                     p.multi_processor_count
                 ));
                 more(kernels_for(major, minor));
+                more(if dev.virtual_memory_management() {
+                    "expandable_segments:True: supported (virtual memory management)"
+                } else {
+                    "expandable_segments:True: NOT supported (no virtual memory management): \
+                     allocations fail with it set"
+                });
             } else {
                 more(format!(
                     "{} capacity, {} cores",

@@ -53,7 +53,8 @@ pub use super::landlocked::{Confined, Landlocked};
 
 /// The environment a test starts with in either tier, its scratch folder (as the test sees it)
 /// as home and `/tmp`: nothing of the grader's but the `GPUMEM_*` settings, and the `cpu` device
-/// unless the grader runs on cuda.
+/// unless the grader runs on cuda. No kernel cache: a folder shared between submissions would let
+/// one submission's process plant the machine code another's loads.
 pub fn test_env(scratch: &str, cuda: bool) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("HOME".into(), scratch.into()),
@@ -64,10 +65,11 @@ pub fn test_env(scratch: &str, cuda: bool) -> Vec<(String, String)> {
         ("MALLOC_ARENA_MAX".into(), "2".into()),
     ];
     for (key, value) in std::env::vars() {
-        if key.starts_with("GPUMEM_") {
+        if key.starts_with("GPUMEM_") && key != "GPUMEM_KERNEL_CACHE" {
             env.push((key, value));
         }
     }
+    env.push(("GPUMEM_KERNEL_CACHE".into(), "off".into()));
     if !cuda {
         env.push(("GPUMEM_DEVICE".into(), "cpu".into()));
     }
@@ -593,6 +595,17 @@ pub(crate) mod needs_sandbox;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_graded_test_process_gets_the_kernel_cache_off_once() {
+        let env = super::test_env("/scratch", true);
+        let caches: Vec<&str> = env
+            .iter()
+            .filter(|(key, _)| key == "GPUMEM_KERNEL_CACHE")
+            .map(|(_, value)| value.as_str())
+            .collect();
+        assert_eq!(caches, ["off"]);
+    }
+
     use super::*;
     use crate::run::runner::{RunOptions, TestCase, Verdict, run_test};
     use std::sync::Arc;
