@@ -406,6 +406,7 @@ fn every_submission_gets_exactly_its_score() {
         ("empty", 0, 0),
         ("exit-zero", 0, 27),
         ("fake-result", 0, 24),
+        ("forge-in-predictions", 0, 0),
         ("forge-pass-records", 0, 0),
         ("forge-when-graded", 0, 0),
         ("hardlink-out", 0, 0),
@@ -1114,9 +1115,21 @@ fn feedback_says_what_failed_why_and_which_hint_to_read() {
 }
 
 /// Every test of ch02, failed.
-fn all_of_ch02_failed(name: &str) -> bool {
+/// Fails, listing every test that did not fail, unless all 21 of `name`'s ch02 tests failed.
+fn assert_all_of_ch02_failed(name: &str) {
     let c = chapter(student(name), CH02);
-    c.tests.len() == 21 && c.tests.iter().all(|t| t.status == Status::Failed)
+    let not_failed: Vec<String> = c
+        .tests
+        .iter()
+        .filter(|t| t.status != Status::Failed)
+        .map(|t| format!("{}: {:?}: {}", t.test.name, t.status, t.message))
+        .collect();
+    assert!(
+        c.tests.len() == 21 && not_failed.is_empty(),
+        "{name}: {} ch02 test(s), these not failed:\n{}",
+        c.tests.len(),
+        not_failed.join("\n")
+    );
 }
 
 #[test]
@@ -1126,7 +1139,7 @@ fn forged_pass_records_score_nothing() {
     }
     // The harness's log has no name once the harness opened it, and there is no /proc: nothing is
     // written, and the exit with status 0 is a failure.
-    assert!(all_of_ch02_failed("forge-pass-records"));
+    assert_all_of_ch02_failed("forge-pass-records");
     let why = message(
         student("forge-pass-records"),
         CH02,
@@ -1137,7 +1150,7 @@ fn forged_pass_records_score_nothing() {
         "{why}"
     );
     // Through a child process and /proc: there is neither a shell nor /proc in the sandbox.
-    assert!(all_of_ch02_failed("forge-when-graded"));
+    assert_all_of_ch02_failed("forge-when-graded");
     assert_eq!(
         message(
             student("forge-when-graded"),
@@ -1146,7 +1159,23 @@ fn forged_pass_records_score_nothing() {
         ),
         "not yet implemented: upload"
     );
-    assert!(all_of_ch02_failed("untouched-stubs"));
+    assert_all_of_ch02_failed("untouched-stubs");
+    // Written in the prediction, a crate of its own, the forgery does not build: the prediction
+    // guard names the line and the door.
+    let predicted = chapter(student("forge-in-predictions"), CH02);
+    assert!(
+        predicted
+            .tests
+            .iter()
+            .all(|t| t.status == Status::NotCompiled),
+        "{:?}",
+        predicted.tests.iter().map(|t| t.status).collect::<Vec<_>>()
+    );
+    let why = &predicted.tests[0].output;
+    assert!(
+        why.contains("src/predict.rs:") && why.contains("a prediction cannot run programs"),
+        "{why}"
+    );
 }
 
 /// Processes whose environment holds `marker` (every process this user may read).

@@ -179,15 +179,7 @@ pub fn build_all_tests(
     cmd.args(["--test", "*"]);
     let output = run_cargo(cmd, workspace, target_dir, limit)?;
     let stdout = output.as_ref().map_or(&[][..], |o| &o.stdout[..]);
-    // Cargo names the manifest of what it built or complained about: its directory is the member.
-    let package_of = |manifest: &Path| {
-        let dir = manifest.parent()?.file_name()?.to_str()?;
-        members
-            .iter()
-            .find(|(member, _)| member == dir)
-            .map(|(_, package)| package.clone())
-    };
-    let mut found = parse_build(stdout, &package_of);
+    let mut found = parse_build(stdout, &|manifest| member_package(members, manifest));
     let mut results = BTreeMap::new();
     for (_, package) in members {
         let built = found.remove(package).unwrap_or_default();
@@ -206,6 +198,26 @@ pub fn build_all_tests(
         results.insert(package.clone(), result);
     }
     Ok(results)
+}
+
+/// The member package whose build cargo's message is about, from the manifest it names: the
+/// member's own, or its predictions' (`<member>/predict/Cargo.toml`, a crate of its own whose
+/// errors, such as a refused prediction, are the chapter's).
+fn member_package(members: &[(String, String)], manifest: &Path) -> Option<String> {
+    let package_in = |dir: &Path| {
+        let name = dir.file_name()?.to_str()?;
+        members
+            .iter()
+            .find(|(member, _)| member == name)
+            .map(|(_, package)| package.clone())
+    };
+    let dir = manifest.parent()?;
+    package_in(dir).or_else(|| {
+        (dir.file_name()? == "predict")
+            .then(|| dir.parent())
+            .flatten()
+            .and_then(package_in)
+    })
 }
 
 /// A build failure saying that the build passed its time limit.
@@ -1311,6 +1323,25 @@ fn signal_name(signal: i32) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_predictions_build_messages_belong_to_its_chapter() {
+        let members = [(
+            "ch02-transfers-g-ann".to_string(),
+            "ch02-transfers".to_string(),
+        )];
+        let of = |manifest: &str| super::member_package(&members, Path::new(manifest));
+        assert_eq!(
+            of("/w/ch02-transfers-g-ann/Cargo.toml").as_deref(),
+            Some("ch02-transfers")
+        );
+        assert_eq!(
+            of("/w/ch02-transfers-g-ann/predict/Cargo.toml").as_deref(),
+            Some("ch02-transfers")
+        );
+        assert_eq!(of("/w/predict/Cargo.toml"), None);
+        assert_eq!(of("/registry/serde-1.0/Cargo.toml"), None);
+    }
+
     use super::*;
 
     #[test]
