@@ -226,3 +226,35 @@ fn a_replay_uses_the_settings_the_file_recorded() {
         "{out}"
     );
 }
+
+#[test]
+fn replaying_one_setting_gives_the_peak_torch_reserved_under_the_other() {
+    // The expandable-segments job, replayed under its own setting and under torch's defaults,
+    // reserves at its peak what torch reserved in each of the two real runs (same program, same
+    // cap), to the byte.
+    let (ok, out, err) = replay(&[
+        "--json",
+        "--capacity",
+        "2GiB",
+        "--alloc-conf",
+        "",
+        "--alloc-conf",
+        "expandable_segments:True",
+        &path("h100-torch-2.11-oom-expandable.pickle"),
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).expect("JSON");
+    let torch = counters();
+    let peak = |mode: &str| {
+        torch.iter().find(|c| c["mode"] == mode).expect("a run")["reserved_bytes.all.peak"].clone()
+    };
+    assert_eq!(rows[0]["alloc_conf"], "");
+    assert_eq!(rows[0]["peak_reserved_bytes"], peak("oom"));
+    assert_eq!(rows[1]["peak_reserved_bytes"], peak("oom-expandable"));
+    for row in &rows {
+        assert_eq!(
+            row["peak_allocated_bytes"],
+            torch[1]["allocated_bytes.all.peak"]
+        );
+    }
+}

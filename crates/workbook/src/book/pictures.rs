@@ -313,7 +313,7 @@ fn cuda_error_output(repo: &Repo) -> Result<Option<Picture>> {
 /// `before.pickle` and `after.pickle` (`python3 bench/make_big_snapshot.py fixture`), in order
 /// (the last reads the `oom.pickle` the one before it writes): the file under [`PICTURES_DIR`]
 /// each output goes to, and the command's arguments after `workbook`.
-const SNAPSHOT_COMMANDS: [(&str, &[&str]); 4] = [
+const SNAPSHOT_COMMANDS: [(&str, &[&str]); 6] = [
     (
         "snapshots-inspect.txt",
         &["inspect", "before.pickle", "--top", "5", "--frames", "2"],
@@ -339,7 +339,37 @@ const SNAPSHOT_COMMANDS: [(&str, &[&str]); 4] = [
         "snapshots-inspect-oom.txt",
         &["inspect", "oom.pickle", "--top", "3", "--frames", "1"],
     ),
+    (
+        "snapshots-real-inspect.txt",
+        &[
+            "inspect",
+            "h100-torch-2.11-oom-expandable.pickle",
+            "--top",
+            "3",
+            "--frames",
+            "1",
+        ],
+    ),
+    (
+        "snapshots-real-replay.txt",
+        &[
+            "replay",
+            "h100-torch-2.11-oom-expandable.pickle",
+            "--capacity",
+            "2GiB",
+            "--alloc-conf",
+            "expandable_segments:True",
+            "--alloc-conf",
+            "",
+            "--alloc-conf",
+            "max_split_size_mb:128",
+        ],
+    ),
 ];
+
+/// The snapshot torch 2.11 recorded on an H100 that [`SNAPSHOT_COMMANDS`] read too, from the
+/// repository's root.
+const REAL_SNAPSHOT: &str = "conformance/real-snapshots/h100-torch-2.11-oom-expandable.pickle";
 
 /// The script that writes the fixture snapshots [`SNAPSHOT_COMMANDS`] read, from the
 /// repository's root.
@@ -370,6 +400,9 @@ fn snapshot_command_outputs(repo: &Repo) -> Result<Vec<Picture>> {
             );
         }
     }
+    let real = repo.root.join(REAL_SNAPSHOT);
+    let copy = scratch.path().join(real.file_name().expect("a file name"));
+    std::fs::copy(&real, &copy).with_context(|| format!("copying {}", real.display()))?;
     let workbook = std::env::current_exe().context("finding this program to run it")?;
     let mut made = Vec::new();
     for (file, args) in SNAPSHOT_COMMANDS {

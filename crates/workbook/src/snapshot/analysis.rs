@@ -673,7 +673,7 @@ fn why(o: &OomRow) -> String {
         // that torch.cuda.set_per_process_memory_fraction sets (torch's message shows it as
         // "N allowed"), which a snapshot does not record. Seen on an H100 (bench/gpu-runs).
         format!(
-            "The device had more free than was asked, so the driver was never short: a cap on \
+            "That is more than was asked, so the driver was never short: a cap on \
              this process refused the new {} (torch.cuda.set_per_process_memory_fraction; \
              torch's message says how much is allowed, a snapshot does not record it). Raise \
              the cap, or hold less under it",
