@@ -74,7 +74,7 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
             "ch04-memory-stats",
             vec![
                 show(&ch04::predict_mlp(&[(1024, 1024), (1024, 10)])),
-                show(&ch04::predict_fragmented()),
+                show(&ch04::predict_fragmented(4 << 20, 6 << 20)),
             ],
         ),
         (
