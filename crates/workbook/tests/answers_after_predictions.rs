@@ -117,7 +117,7 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                 .flat_map(|&k| {
                     [
                         show(&ch11::predict_state_bytes(k, &ch11::SIZES)),
-                        show(&ch11::predict_step_memory(k)),
+                        show(&ch11::predict_step_memory(k, &ch11::SIZES)),
                     ]
                 })
                 .collect(),
