@@ -91,7 +91,10 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                 .map(|&d| show(&ch06::predict_memory(d, ch06::PREDICT_ROWS)))
                 .collect(),
         ),
-        ("ch07-pinned-memory", vec![show(&ch07::predict_host(ch07::HOST_SIZES))]),
+        (
+            "ch07-pinned-memory",
+            vec![show(&ch07::predict_host(ch07::HOST_SIZES))],
+        ),
         (
             "ch08-autograd-memory",
             [
