@@ -74,7 +74,7 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
             "ch04-memory-stats",
             vec![
                 show(&ch04::predict_mlp(&[(1024, 1024), (1024, 10)])),
-                show(&ch04::predict_fragmented()),
+                show(&ch04::predict_fragmented(4 << 20, 6 << 20)),
             ],
         ),
         (
@@ -91,7 +91,10 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                 .map(|&d| show(&ch06::predict_memory(d, ch06::PREDICT_ROWS)))
                 .collect(),
         ),
-        ("ch07-pinned-memory", vec![show(&ch07::predict_host())]),
+        (
+            "ch07-pinned-memory",
+            vec![show(&ch07::predict_host(ch07::HOST_SIZES))],
+        ),
         (
             "ch08-autograd-memory",
             [
@@ -117,7 +120,7 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                 .flat_map(|&k| {
                     [
                         show(&ch11::predict_state_bytes(k, &ch11::SIZES)),
-                        show(&ch11::predict_step_memory(k)),
+                        show(&ch11::predict_step_memory(k, &ch11::SIZES)),
                     ]
                 })
                 .collect(),

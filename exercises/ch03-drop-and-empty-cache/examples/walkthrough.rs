@@ -101,7 +101,7 @@ fn main() -> anyhow::Result<()> {
         let o = measure(scenario, &dev)?;
         println!(
             "{:<28} {:>12} {:>12} {:>28}",
-            format!("{scenario:?}"),
+            scenario.name(),
             exact(o.allocated),
             exact(o.reserved),
             exact(o.reserved_after_empty_cache),

@@ -81,28 +81,30 @@ impl MemoryView {
 /// Runs `scenario` on `dev` (which should hold nothing yet) and reads the allocator: what the
 /// tests compare your prediction with.
 pub fn measure(scenario: Scenario, dev: &Device) -> Result<Outcome> {
-    const F32_PER_MIB: usize = (MIB / 4) as usize;
+    // The scenarios' sizes are bytes; the buffers hold f32.
+    let f32s = |bytes: u64| (bytes / 4) as usize;
     // Buffers that must stay alive until the last reading.
     let mut alive: Vec<Buffer<f32>> = Vec::new();
     let mut model = None;
     match scenario {
-        Scenario::TinyModelLoaded => model = Some(TinyLinear::new(dev, 10, 10)?),
-        Scenario::TinyModelDropped => drop(TinyLinear::new(dev, 10, 10)?),
-        Scenario::EmptyCacheBeforeDrop => {
-            let buf = dev.alloc::<f32>(4 * F32_PER_MIB)?;
+        Scenario::TinyModelLoaded { inputs, outputs } => {
+            model = Some(TinyLinear::new(dev, inputs as usize, outputs as usize)?)
+        }
+        Scenario::TinyModelDropped { inputs, outputs } => {
+            drop(TinyLinear::new(dev, inputs as usize, outputs as usize)?)
+        }
+        Scenario::EmptyCacheBeforeDrop { bytes } => {
+            let buf = dev.alloc::<f32>(f32s(bytes))?;
             dev.empty_cache();
             drop(buf);
         }
-        Scenario::SmallBufferPinsSegment => {
-            alive.push(dev.alloc::<f32>(100)?);
-            drop(dev.alloc::<f32>(F32_PER_MIB)?);
+        Scenario::SmallBufferPinsSegment { live, freed }
+        | Scenario::LiveBlockPinsLargeSegment { live, freed } => {
+            alive.push(dev.alloc::<f32>(f32s(live))?);
+            drop(dev.alloc::<f32>(f32s(freed))?);
         }
-        Scenario::LiveBlockPinsLargeSegment => {
-            alive.push(dev.alloc::<f32>(2 * F32_PER_MIB)?);
-            drop(dev.alloc::<f32>(6 * F32_PER_MIB)?);
-        }
-        Scenario::HostCopyDropped => {
-            let host = vec![1.0f32; 4 * F32_PER_MIB];
+        Scenario::HostCopyDropped { bytes } => {
+            let host = vec![1.0f32; f32s(bytes)];
             alive.push(dev.from_slice(&host)?);
             drop(host);
         }

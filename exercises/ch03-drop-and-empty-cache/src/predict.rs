@@ -6,21 +6,27 @@
 pub const MIB: u64 = 1 << 20;
 
 // ANCHOR: scenario
-/// A situation to predict, then measure. Each one starts on a device with nothing reserved.
+/// A situation to predict, then measure. Each one starts on a device with nothing reserved. Every
+/// size is in bytes and a whole number of `f32` (a multiple of 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
-    /// `TinyLinear::new(dev, 10, 10)` is alive: the source's `nn.Linear(10, 10).cuda()`.
-    TinyModelLoaded,
+    /// `TinyLinear::new(dev, inputs, outputs)` is alive: an `f32` weight of `inputs * outputs`,
+    /// then a bias of `outputs`. The page's is 10 by 10, the source's `nn.Linear(10, 10).cuda()`.
+    TinyModelLoaded { inputs: u64, outputs: u64 },
     /// The same model, after `drop(model)`.
-    TinyModelDropped,
-    /// A 4 MiB buffer; `empty_cache()` while it is alive; then `drop` (the wrong order).
-    EmptyCacheBeforeDrop,
-    /// A 400-byte buffer stays alive; a 1 MiB buffer allocated after it is dropped.
-    SmallBufferPinsSegment,
-    /// A 2 MiB buffer stays alive; a 6 MiB buffer allocated after it is dropped.
-    LiveBlockPinsLargeSegment,
-    /// 4 MiB of host data is uploaded with `from_slice`, then the host `Vec` is dropped.
-    HostCopyDropped,
+    TinyModelDropped { inputs: u64, outputs: u64 },
+    /// A buffer of `bytes`; `empty_cache()` while it is alive; then `drop` (the wrong order). The
+    /// page's is 4 MiB.
+    EmptyCacheBeforeDrop { bytes: u64 },
+    /// A buffer of `live` bytes stays alive; a buffer of `freed` bytes allocated after it is
+    /// dropped. Both at most 1 MiB; the page's are 400 B and 1 MiB.
+    SmallBufferPinsSegment { live: u64, freed: u64 },
+    /// A buffer of `live` bytes stays alive; a buffer of `freed` bytes allocated after it is
+    /// dropped. Both over 1 MiB and under 10 MiB; the page's are 2 MiB and 6 MiB.
+    LiveBlockPinsLargeSegment { live: u64, freed: u64 },
+    /// `bytes` of host data are uploaded with `from_slice`, then the host `Vec` is dropped. The
+    /// page's are 4 MiB.
+    HostCopyDropped { bytes: u64 },
 }
 
 /// What the allocator reports at the end of a scenario.
@@ -36,28 +42,57 @@ pub struct Outcome {
 // ANCHOR_END: scenario
 
 impl Scenario {
-    /// Every scenario, in the order of the book.
+    /// Every scenario at the page's sizes, in the order of the book.
     pub const ALL: [Scenario; 6] = [
-        Scenario::TinyModelLoaded,
-        Scenario::TinyModelDropped,
-        Scenario::EmptyCacheBeforeDrop,
-        Scenario::SmallBufferPinsSegment,
-        Scenario::LiveBlockPinsLargeSegment,
-        Scenario::HostCopyDropped,
+        Scenario::TinyModelLoaded {
+            inputs: 10,
+            outputs: 10,
+        },
+        Scenario::TinyModelDropped {
+            inputs: 10,
+            outputs: 10,
+        },
+        Scenario::EmptyCacheBeforeDrop { bytes: 4 * MIB },
+        Scenario::SmallBufferPinsSegment {
+            live: 400,
+            freed: MIB,
+        },
+        Scenario::LiveBlockPinsLargeSegment {
+            live: 2 * MIB,
+            freed: 6 * MIB,
+        },
+        Scenario::HostCopyDropped { bytes: 4 * MIB },
     ];
+
+    /// The scenario's name, without its sizes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::TinyModelLoaded { .. } => "TinyModelLoaded",
+            Scenario::TinyModelDropped { .. } => "TinyModelDropped",
+            Scenario::EmptyCacheBeforeDrop { .. } => "EmptyCacheBeforeDrop",
+            Scenario::SmallBufferPinsSegment { .. } => "SmallBufferPinsSegment",
+            Scenario::LiveBlockPinsLargeSegment { .. } => "LiveBlockPinsLargeSegment",
+            Scenario::HostCopyDropped { .. } => "HostCopyDropped",
+        }
+    }
 }
 
 // ANCHOR: predict
-/// Your prediction for `scenario`, written before you run anything.
+/// Your prediction for `scenario`, written before you run anything: the rules that give the
+/// three numbers from the scenario's sizes. The tests try the page's sizes (`Scenario::ALL`) and
+/// sizes drawn on every run: a model whose weight is at most 1 MiB and one whose weight is over
+/// 1 MiB and under 10 MiB (its bias at most 1 MiB); for `EmptyCacheBeforeDrop` and
+/// `HostCopyDropped` one buffer of at most 1 MiB and one over 1 MiB and under 10 MiB.
 pub fn predict(scenario: Scenario) -> Outcome {
-    // TODO: replace each `todo!()` with the three numbers you expect (use MIB).
+    // TODO: replace each `todo!()` with the rules for the three numbers (use MIB), for
+    // example `Scenario::HostCopyDropped { bytes } => Outcome { allocated: ..., ... }`.
     match scenario {
-        Scenario::TinyModelLoaded => todo!("predict TinyModelLoaded"),
-        Scenario::TinyModelDropped => todo!("predict TinyModelDropped"),
-        Scenario::EmptyCacheBeforeDrop => todo!("predict EmptyCacheBeforeDrop"),
-        Scenario::SmallBufferPinsSegment => todo!("predict SmallBufferPinsSegment"),
-        Scenario::LiveBlockPinsLargeSegment => todo!("predict LiveBlockPinsLargeSegment"),
-        Scenario::HostCopyDropped => todo!("predict HostCopyDropped"),
+        Scenario::TinyModelLoaded { .. } => todo!("predict TinyModelLoaded"),
+        Scenario::TinyModelDropped { .. } => todo!("predict TinyModelDropped"),
+        Scenario::EmptyCacheBeforeDrop { .. } => todo!("predict EmptyCacheBeforeDrop"),
+        Scenario::SmallBufferPinsSegment { .. } => todo!("predict SmallBufferPinsSegment"),
+        Scenario::LiveBlockPinsLargeSegment { .. } => todo!("predict LiveBlockPinsLargeSegment"),
+        Scenario::HostCopyDropped { .. } => todo!("predict HostCopyDropped"),
     }
 }
 // ANCHOR_END: predict

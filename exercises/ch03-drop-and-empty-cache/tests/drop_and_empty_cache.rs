@@ -2,7 +2,7 @@
 
 use ch03_drop_and_empty_cache::{MemoryView, TinyLinear, measure, unload_model};
 use ch03_predict::{MIB, Outcome, Scenario, predict};
-use gpumem::testing::Prediction;
+use gpumem::testing::{Draw, Prediction};
 
 // ---- unload_model ----
 
@@ -145,35 +145,92 @@ fn memory_view_outside_allocator_is_zero_on_cpu_and_the_context_on_cuda() -> any
 
 // ---- predict, then measure ----
 
-fn check(scenario: Scenario, expected: Outcome) -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    // The prediction is made before anything runs.
-    let predicted = predict(scenario);
-    let measured = measure(scenario, &dev)?;
-    assert_eq!(
-        measured, expected,
-        "the allocator's numbers for {scenario:?}"
-    );
+/// Fails unless your prediction for `scenario` is what the allocator measured there, naming each
+/// wrong number and the rule it tests.
+fn compare(scenario: Scenario, predicted: &Outcome, measured: &Outcome) {
     Prediction::new(format!("your prediction for {scenario:?}"))
         .bytes("allocated", predicted.allocated, measured.allocated)
+        .rule("each live block is its request rounded up to a multiple of 512 bytes, at least 512")
         .bytes("reserved", predicted.reserved, measured.reserved)
+        .rule(
+            "blocks up to 1 MiB are cut from 2 MiB segments, blocks over 1 MiB and under 10 MiB \
+             from 20 MiB segments, shared while a free part fits; drop releases no segment",
+        )
         .bytes(
             "reserved_after_empty_cache",
             predicted.reserved_after_empty_cache,
             measured.reserved_after_empty_cache,
         )
+        .rule("empty_cache releases every segment with no live block, and only those")
         .check();
-    Ok(())
+}
+
+/// Your prediction at the page's sizes, whose measurement is `expected`, and at two sets of
+/// sizes drawn on this run by `drawn` (each starts on an empty device).
+fn check(
+    page: Scenario,
+    expected: Outcome,
+    drawn: impl Fn(&mut Draw, usize) -> Scenario,
+) -> anyhow::Result<()> {
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        // The prediction is made before anything runs.
+        let predicted = predict(page);
+        let measured = measure(page, &dev)?;
+        assert_eq!(measured, expected, "the allocator's numbers for {page:?}");
+        compare(page, &predicted, &measured);
+        let mut draw = Draw::from_env();
+        for case in 0..2 {
+            let scenario = drawn(&mut draw, case);
+            gpumem::testing::reset(&dev);
+            let predicted = predict(scenario);
+            compare(scenario, &predicted, &measure(scenario, &dev)?);
+        }
+        Ok(())
+    })
+}
+
+/// A whole number of `f32`, in bytes, from `low` to `high` bytes.
+fn f32_bytes(draw: &mut Draw, low: u64, high: u64) -> u64 {
+    4 * draw.range(low.div_ceil(4), high / 4)
+}
+
+/// A buffer of at most 1 MiB (`case` 0) or over 1 MiB and under 10 MiB, its block too (`case` 1).
+fn small_or_large(draw: &mut Draw, case: usize) -> u64 {
+    match case {
+        0 => f32_bytes(draw, 4, MIB),
+        _ => f32_bytes(draw, MIB + 4, 10 * MIB - 512),
+    }
+}
+
+/// A model whose weight is at most 1 MiB (`case` 0), or over 1 MiB and under 10 MiB with its
+/// bias at most 1 MiB (`case` 1).
+fn model_sizes(draw: &mut Draw, case: usize) -> (u64, u64) {
+    match case {
+        0 => (draw.range(1, 200), draw.range(1, 200)),
+        _ => {
+            let inputs = draw.range(300, 1500);
+            let outputs = draw.range(MIB / (4 * inputs) + 1, (10 * MIB - 512) / (4 * inputs));
+            (inputs, outputs)
+        }
+    }
 }
 
 #[test]
 fn prediction_tiny_model_loaded_matches_the_allocator() -> anyhow::Result<()> {
     check(
-        Scenario::TinyModelLoaded,
+        Scenario::TinyModelLoaded {
+            inputs: 10,
+            outputs: 10,
+        },
         Outcome {
             allocated: 1024,
             reserved: 2 * MIB,
             reserved_after_empty_cache: 2 * MIB,
+        },
+        |draw, case| {
+            let (inputs, outputs) = model_sizes(draw, case);
+            Scenario::TinyModelLoaded { inputs, outputs }
         },
     )
 }
@@ -181,11 +238,18 @@ fn prediction_tiny_model_loaded_matches_the_allocator() -> anyhow::Result<()> {
 #[test]
 fn prediction_tiny_model_dropped_matches_the_allocator() -> anyhow::Result<()> {
     check(
-        Scenario::TinyModelDropped,
+        Scenario::TinyModelDropped {
+            inputs: 10,
+            outputs: 10,
+        },
         Outcome {
             allocated: 0,
             reserved: 2 * MIB,
             reserved_after_empty_cache: 0,
+        },
+        |draw, case| {
+            let (inputs, outputs) = model_sizes(draw, case);
+            Scenario::TinyModelDropped { inputs, outputs }
         },
     )
 }
@@ -193,11 +257,14 @@ fn prediction_tiny_model_dropped_matches_the_allocator() -> anyhow::Result<()> {
 #[test]
 fn prediction_empty_cache_before_drop_matches_the_allocator() -> anyhow::Result<()> {
     check(
-        Scenario::EmptyCacheBeforeDrop,
+        Scenario::EmptyCacheBeforeDrop { bytes: 4 * MIB },
         Outcome {
             allocated: 0,
             reserved: 20 * MIB,
             reserved_after_empty_cache: 0,
+        },
+        |draw, case| Scenario::EmptyCacheBeforeDrop {
+            bytes: small_or_large(draw, case),
         },
     )
 }
@@ -205,11 +272,18 @@ fn prediction_empty_cache_before_drop_matches_the_allocator() -> anyhow::Result<
 #[test]
 fn prediction_small_buffer_pins_segment_matches_the_allocator() -> anyhow::Result<()> {
     check(
-        Scenario::SmallBufferPinsSegment,
+        Scenario::SmallBufferPinsSegment {
+            live: 400,
+            freed: MIB,
+        },
         Outcome {
             allocated: 512,
             reserved: 2 * MIB,
             reserved_after_empty_cache: 2 * MIB,
+        },
+        |draw, _| Scenario::SmallBufferPinsSegment {
+            live: f32_bytes(draw, 4, MIB),
+            freed: f32_bytes(draw, 4, MIB),
         },
     )
 }
@@ -217,11 +291,18 @@ fn prediction_small_buffer_pins_segment_matches_the_allocator() -> anyhow::Resul
 #[test]
 fn prediction_live_block_pins_large_segment_matches_the_allocator() -> anyhow::Result<()> {
     check(
-        Scenario::LiveBlockPinsLargeSegment,
+        Scenario::LiveBlockPinsLargeSegment {
+            live: 2 * MIB,
+            freed: 6 * MIB,
+        },
         Outcome {
             allocated: 2 * MIB,
             reserved: 20 * MIB,
             reserved_after_empty_cache: 20 * MIB,
+        },
+        |draw, _| Scenario::LiveBlockPinsLargeSegment {
+            live: small_or_large(draw, 1),
+            freed: small_or_large(draw, 1),
         },
     )
 }
@@ -229,11 +310,14 @@ fn prediction_live_block_pins_large_segment_matches_the_allocator() -> anyhow::R
 #[test]
 fn prediction_host_copy_dropped_matches_the_allocator() -> anyhow::Result<()> {
     check(
-        Scenario::HostCopyDropped,
+        Scenario::HostCopyDropped { bytes: 4 * MIB },
         Outcome {
             allocated: 4 * MIB,
             reserved: 20 * MIB,
             reserved_after_empty_cache: 20 * MIB,
+        },
+        |draw, case| Scenario::HostCopyDropped {
+            bytes: small_or_large(draw, case),
         },
     )
 }

@@ -6,8 +6,8 @@
 
 use anyhow::Context;
 use ch04_memory_stats::{
-    MIB, Mlp, fragment, sampled_peak, source_loop, train_keeping_device_losses, training_step,
-    workspace_op,
+    FRAGMENT_SIZES, MIB, Mlp, fragment, sampled_peak, source_loop, train_keeping_device_losses,
+    training_step, workspace_op,
 };
 use gpumem::Device;
 
@@ -154,7 +154,7 @@ fn main() -> anyhow::Result<()> {
     // Peaks and totals from here on belong to this scenario alone.
     dev.reset_peak_memory_stats();
     dev.reset_accumulated_memory_stats();
-    let live = fragment(&dev)?;
+    let live = fragment(&dev, FRAGMENT_SIZES.0, FRAGMENT_SIZES.1)?;
     // The chapter's pictures end here, with the fragmented segments.
     snapshot.write(&dev)?;
     println!("  four 4 MiB buffers; drop the 1st and 3rd; then ask for 6 MiB");

@@ -74,19 +74,21 @@ pub fn stats_view(_stats: &MemoryStats) -> StatsView {
 // ANCHOR_END: stats_view
 
 // ANCHOR: fragment
-/// Four 4 MiB buffers; the first and third are dropped; then a 6 MiB buffer is allocated.
-/// Returns the live buffers (the second, the fourth and the 6 MiB one).
-pub fn fragment(dev: &Device) -> Result<Vec<Buffer<f32>>> {
-    let four_mib = (4 * MIB / 4) as usize;
+/// The sizes of the page's fragmentation: four 4 MiB buffers, then a 6 MiB one.
+pub const FRAGMENT_SIZES: (u64, u64) = (4 * MIB, 6 * MIB);
+
+/// Four buffers of `each` bytes; the first and third are dropped; then a buffer of `last` bytes
+/// is allocated. Returns the live buffers (the second, the fourth and the last one).
+pub fn fragment(dev: &Device, each: u64, last: u64) -> Result<Vec<Buffer<f32>>> {
     let mut blocks = (0..4)
-        .map(|_| dev.alloc::<f32>(four_mib))
+        .map(|_| dev.alloc::<f32>((each / 4) as usize))
         .collect::<Result<Vec<_>>>()?;
     let fourth = blocks.pop();
     let third = blocks.pop();
     let second = blocks.pop();
     drop((blocks, third));
-    let six = dev.alloc::<f32>((6 * MIB / 4) as usize)?;
-    Ok(second.into_iter().chain(fourth).chain([six]).collect())
+    let last = dev.alloc::<f32>((last / 4) as usize)?;
+    Ok(second.into_iter().chain(fourth).chain([last]).collect())
 }
 // ANCHOR_END: fragment
 

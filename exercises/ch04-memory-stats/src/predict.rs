@@ -39,9 +39,13 @@ pub fn predict_mlp(_shape: &[(usize, usize)]) -> StatsView {
     todo!("predict the MLP's stats")
 }
 
-/// Your prediction of `memory_stats()` after `fragment(dev)` on an empty device.
-pub fn predict_fragmented() -> StatsView {
-    // TODO: write the seven numbers you expect before you run the tests (use MIB).
+/// Your prediction of `memory_stats()` after `fragment(dev, each, last)` on an empty device, its
+/// buffers alive: four buffers of `each` bytes, the first and third dropped, then one of `last`
+/// bytes. The tests try the page's `FRAGMENT_SIZES`, 4 MiB and 6 MiB, and sizes drawn on every
+/// run: `each` over 2.5 MiB and at most 4.5 MiB, and `last` under 10 MiB and larger than every
+/// free piece the four buffers leave in their segment (every size a multiple of 4).
+pub fn predict_fragmented(_each: u64, _last: u64) -> StatsView {
+    // TODO: write the rules that give the seven numbers for such sizes (use MIB).
     todo!("predict the fragmented stats")
 }
 // ANCHOR_END: predict

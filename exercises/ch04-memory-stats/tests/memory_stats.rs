@@ -1,8 +1,8 @@
 //! Graded tests for chapter 4: reading the memory statistics.
 
 use ch04_memory_stats::{
-    MLP_SHAPE, Mlp, block_bytes, fragment, measure_peak, parameter_bytes, sampled_peak,
-    source_loop, stats_view, train, workspace_op,
+    FRAGMENT_SIZES, MLP_SHAPE, Mlp, block_bytes, fragment, measure_peak, parameter_bytes,
+    sampled_peak, source_loop, stats_view, train, workspace_op,
 };
 use ch04_predict::{MIB, StatsView, predict_fragmented, predict_mlp};
 use gpumem::Device;
@@ -206,32 +206,54 @@ fn prediction_mlp_matches_memory_stats() -> anyhow::Result<()> {
 
 #[test]
 fn prediction_fragmented_matches_memory_stats() -> anyhow::Result<()> {
-    let dev = gpumem::testing::device();
-    let predicted = predict_fragmented();
-    let live = fragment(&dev)?;
-    let measured = observed(&dev);
-    assert_eq!(
-        measured,
-        StatsView {
-            allocated: 14 * MIB,
-            requested: 14 * MIB,
-            reserved: 40 * MIB,
-            peak_allocated: 16 * MIB,
-            small_segments: 0,
-            large_segments: 2,
-            inactive_split_bytes: 12 * MIB + 14 * MIB,
-        },
-        "the allocator's numbers"
-    );
-    compare("your prediction after fragment", &predicted, &measured);
-    dev.empty_cache();
-    assert_eq!(
-        dev.memory_reserved(),
-        40 * MIB,
-        "live blocks pin both segments"
-    );
-    drop(live);
-    Ok(())
+    gpumem::testing::seeded(|| {
+        let dev = gpumem::testing::device();
+        let (each, last) = FRAGMENT_SIZES;
+        // The prediction is made before anything runs.
+        let predicted = predict_fragmented(each, last);
+        let live = fragment(&dev, each, last)?;
+        let measured = observed(&dev);
+        assert_eq!(
+            measured,
+            StatsView {
+                allocated: 14 * MIB,
+                requested: 14 * MIB,
+                reserved: 40 * MIB,
+                peak_allocated: 16 * MIB,
+                small_segments: 0,
+                large_segments: 2,
+                inactive_split_bytes: 12 * MIB + 14 * MIB,
+            },
+            "the allocator's numbers"
+        );
+        compare("your prediction after fragment", &predicted, &measured);
+        dev.empty_cache();
+        assert_eq!(
+            dev.memory_reserved(),
+            40 * MIB,
+            "live blocks pin both segments"
+        );
+        drop(live);
+        // Two pairs of sizes drawn on this run. The four buffers share one 20 MiB segment and
+        // leave more than 1 MiB at its end; the last buffer is larger than every free piece there.
+        let mut draw = gpumem::testing::Draw::from_env();
+        for _ in 0..2 {
+            let each = 4 * draw.range((5 * MIB / 2) / 4 + 1, (9 * MIB / 2) / 4);
+            let each_block = each.div_ceil(512) * 512;
+            let largest_piece = each_block.max(20 * MIB - 4 * each_block);
+            let last = 4 * draw.range(largest_piece / 4 + 1, (10 * MIB - 512) / 4);
+            gpumem::testing::reset(&dev);
+            let predicted = predict_fragmented(each, last);
+            let live = fragment(&dev, each, last)?;
+            compare(
+                &format!("your prediction after fragment(dev, {each}, {last})"),
+                &predicted,
+                &observed(&dev),
+            );
+            drop(live);
+        }
+        Ok(())
+    })
 }
 
 // ---- measure_peak ----

@@ -2,6 +2,30 @@
 //! gpumem), so they are predictions made before measuring. The tests measure and compare, at the
 //! page's sizes and at sizes drawn on every run: write the rules, not the numbers.
 
+// ANCHOR: host_sizes
+/// The sizes of `host_scenario`'s four pinned buffers, in bytes (`a` and `c` hold `f32`, so
+/// their sizes are multiples of 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSizes {
+    /// `a`: copied to the device, then dropped.
+    pub a: u64,
+    /// `b`: dropped.
+    pub b: u64,
+    /// `c`: allocated after both are dropped, alive at the end.
+    pub c: u64,
+    /// `d`: allocated after `c`, alive at the end.
+    pub d: u64,
+}
+
+/// The page's sizes: 3000 `f32`, 20,000 bytes, 2500 `f32`, 4096 bytes.
+pub const HOST_SIZES: HostSizes = HostSizes {
+    a: 12_000,
+    b: 20_000,
+    c: 10_000,
+    d: 4096,
+};
+// ANCHOR_END: host_sizes
+
 // ANCHOR: host_prediction
 /// What `host_scenario` does to the pinned host allocator (`dev.host_memory_stats()`) and to the
 /// copy counters (`dev.transfer_stats()`), on a device with an empty host cache and zeroed counters.
@@ -30,10 +54,11 @@ pub struct HostPrediction {
 // ANCHOR_END: host_prediction
 
 // ANCHOR: predict_host
-/// Predict, then measure: the numbers you expect from `host_scenario`, written BEFORE running it.
-pub fn predict_host() -> HostPrediction {
-    // TODO: write your prediction, e.g.
-    // HostPrediction { num_host_alloc: 4, pinned_active_bytes: 22_096, ... }
+/// Predict, then measure: the numbers you expect from `host_scenario` with `sizes`, written
+/// BEFORE running it. The tests try the page's `HOST_SIZES` and sizes drawn on every run, each
+/// at most 64 KiB: write the rules, not the page's numbers.
+pub fn predict_host(_sizes: HostSizes) -> HostPrediction {
+    // TODO: write the rules that give each number from `_sizes` (rename it when you use it).
     todo!("predict_host")
 }
 // ANCHOR_END: predict_host

@@ -2,7 +2,7 @@
 //! data, copies and memory, never speed: speed is the benches' job.
 
 use ch07_pinned_memory::{download_pinned, pipeline, upload_pinned};
-use ch07_predict::{HostPrediction, predict_host};
+use ch07_predict::{HOST_SIZES, HostPrediction, HostSizes, predict_host};
 use gpumem::ops::XorShift;
 use gpumem::testing::Prediction;
 use gpumem::testing::{rng, seeded};
@@ -204,20 +204,23 @@ fn download_pinned_allocates_no_device_memory_and_returns_its_staging_block() {
 
 // ANCHOR: host_scenario
 /// The scenario to predict, as code (in the official tests, so the measurement is not yours to
-/// change). It returns what it measured, in the shape of the prediction.
-fn host_scenario(dev: &Device) -> gpumem::Result<HostPrediction> {
+/// change). It returns what it measured, in the shape of the prediction. At the page's
+/// `HOST_SIZES`, `a` is 3000 `f32` (12,000 bytes), `b` 20,000 bytes, `c` 2500 `f32` and `d`
+/// 4096 bytes.
+fn host_scenario(dev: &Device, sizes: HostSizes) -> gpumem::Result<HostPrediction> {
+    let f32s = |bytes: u64| (bytes / 4) as usize;
     let stream = dev.stream()?;
-    let mut x = dev.alloc::<f32>(3000)?;
-    let mut a = dev.alloc_pinned::<f32>(3000)?; // 12,000 bytes
+    let mut x = dev.alloc::<f32>(f32s(sizes.a))?;
+    let mut a = dev.alloc_pinned::<f32>(f32s(sizes.a))?;
     a.as_mut_slice().fill(1.0);
     a.copy_to_device_async(&mut x, &stream)?;
-    let b = dev.alloc_pinned::<u8>(20_000)?;
+    let b = dev.alloc_pinned::<u8>(sizes.b as usize)?;
     stream.synchronize()?; // a's copy has finished, so a's block may be reused once a is dropped
     drop(a);
     drop(b);
-    let c = dev.alloc_pinned::<f32>(2500)?; // 10,000 bytes
-    let d = dev.alloc_pinned::<u8>(4096)?;
-    x.copy_from_slice(&vec![2.0; 3000])?; // from a Vec: pageable memory
+    let c = dev.alloc_pinned::<f32>(f32s(sizes.c))?;
+    let d = dev.alloc_pinned::<u8>(sizes.d as usize)?;
+    x.copy_from_slice(&vec![2.0; f32s(sizes.a)])?; // from a Vec: pageable memory
 
     let before = dev.host_memory_stats();
     dev.empty_host_cache(); // c and d are still alive
@@ -238,64 +241,111 @@ fn host_scenario(dev: &Device) -> gpumem::Result<HostPrediction> {
 }
 // ANCHOR_END: host_scenario
 
-/// The prediction and the measurement, on a device fresh from `testing::device()`.
-fn predicted_and_measured(dev: &Device) -> (HostPrediction, HostPrediction) {
-    let predicted = predict_host();
-    let measured = host_scenario(dev).expect("the scenario runs");
-    (predicted, measured)
+/// What the scenario measures at the page's sizes.
+const PAGE_MEASURED: HostPrediction = HostPrediction {
+    num_host_alloc: 3,
+    pinned_active_bytes: 16_384 + 4096,
+    pinned_peak_active_bytes: 16_384 + 32_768,
+    pinned_pool_bytes: 16_384 + 32_768 + 4096,
+    num_host_free: 1,
+    pinned_pool_after_empty: 16_384 + 4096,
+    host_to_device_copies: 2,
+    pinned_copies: 1,
+    pinned_bytes: 12_000,
+};
+
+/// Checks `compare` on the prediction and the measurement at the page's sizes (whose measurement
+/// is asserted), then at two sets of sizes drawn on this run, each at most 64 KiB, on a device
+/// with an empty host cache and zeroed counters each time.
+fn check_host(compare: impl Fn(HostSizes, &HostPrediction, &HostPrediction)) {
+    seeded(|| {
+        let dev = gpumem::testing::device();
+        let predicted = predict_host(HOST_SIZES);
+        let measured = host_scenario(&dev, HOST_SIZES).expect("the scenario runs");
+        assert_eq!(measured, PAGE_MEASURED, "the allocator's numbers");
+        compare(HOST_SIZES, &predicted, &measured);
+        let mut draw = gpumem::testing::Draw::from_env();
+        for _ in 0..2 {
+            let sizes = HostSizes {
+                a: 4 * draw.range(1, 16_384),
+                b: draw.range(1, 65_536),
+                c: 4 * draw.range(1, 16_384),
+                d: draw.range(1, 65_536),
+            };
+            gpumem::testing::reset(&dev);
+            let predicted = predict_host(sizes);
+            let measured = host_scenario(&dev, sizes).expect("the scenario runs");
+            compare(sizes, &predicted, &measured);
+        }
+    })
 }
 
 #[test]
 fn host_prediction_matches_block_rounding_and_reuse() {
-    let dev = gpumem::testing::device();
-    let (p, m) = predicted_and_measured(&dev);
-    Prediction::new("your prediction of the host cache's blocks")
+    check_host(|sizes, p, m| {
+        Prediction::new(format!(
+            "your prediction of the host cache's blocks for {sizes:?}"
+        ))
         .count("num_host_alloc", p.num_host_alloc, m.num_host_alloc)
+        .rule("a request takes a cached block of exactly its rounded size, else a new one")
         .bytes(
             "pinned_active_bytes (active_bytes.current)",
             p.pinned_active_bytes,
             m.pinned_active_bytes,
         )
+        .rule("a pinned block is its request rounded up to a power of two")
         .bytes(
             "pinned_peak_active_bytes (active_bytes.peak)",
             p.pinned_peak_active_bytes,
             m.pinned_peak_active_bytes,
         )
+        .rule("the peak is the most bytes of blocks handed out at once")
         .bytes(
             "pinned_pool_bytes (allocated_bytes.current)",
             p.pinned_pool_bytes,
             m.pinned_pool_bytes,
         )
+        .rule("every block obtained from the system stays, handed out or cached")
         .check();
+    });
 }
 
 #[test]
 fn host_prediction_matches_empty_host_cache() {
-    let dev = gpumem::testing::device();
-    let (p, m) = predicted_and_measured(&dev);
-    Prediction::new("your prediction after empty_host_cache")
+    check_host(|sizes, p, m| {
+        Prediction::new(format!(
+            "your prediction after empty_host_cache for {sizes:?}"
+        ))
         .count("num_host_free", p.num_host_free, m.num_host_free)
+        .rule("empty_host_cache gives back every cached block, never a live one")
         .bytes(
             "pinned_pool_after_empty",
             p.pinned_pool_after_empty,
             m.pinned_pool_after_empty,
         )
+        .rule("what stays is the live blocks")
         .check();
+    });
 }
 
 #[test]
 fn host_prediction_matches_the_copy_counters() {
-    let dev = gpumem::testing::device();
-    let (p, m) = predicted_and_measured(&dev);
-    Prediction::new("your prediction of the copy counters")
+    check_host(|sizes, p, m| {
+        Prediction::new(format!(
+            "your prediction of the copy counters for {sizes:?}"
+        ))
         .count(
             "host_to_device_copies",
             p.host_to_device_copies,
             m.host_to_device_copies,
         )
+        .rule("a copy from a Vec is a host-to-device copy too")
         .count("pinned_copies", p.pinned_copies, m.pinned_copies)
+        .rule("only copies from pinned memory count as pinned")
         .bytes("pinned_bytes", p.pinned_bytes, m.pinned_bytes)
+        .rule("copies count the data's bytes, not the block's")
         .check();
+    });
 }
 
 // --- pipeline --------------------------------------------------------------------------------

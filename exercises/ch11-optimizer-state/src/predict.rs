@@ -37,8 +37,8 @@ pub enum Phase {
     Step,
 }
 
-/// The first training step of a `SIZES` model on a batch of `ROWS`, in bytes above the
-/// model and the batch.
+/// The first training step of an `Mlp` on a batch of `ROWS`, in bytes above the model and the
+/// batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepMemory {
     /// The optimizer's state after the step.
@@ -60,9 +60,12 @@ pub fn predict_state_bytes(_kind: Kind, _sizes: &[usize]) -> u64 {
 // ANCHOR_END: predict_state
 
 // ANCHOR: predict_step
-/// Your prediction of `StepMemory` for `kind`.
-pub fn predict_step_memory(_kind: Kind) -> StepMemory {
-    // TODO: the state, the peak of step() and where the whole step peaks.
-    todo!("predict the first training step with {_kind:?}")
+/// Your prediction of `StepMemory` for `kind` on an `Mlp` with layer widths `sizes` (ReLU
+/// between the layers) and a batch of `ROWS`. The tests try `SIZES` and models drawn on every
+/// run: 2 or 3 layers, the inputs and every hidden width from 128 to 256, at most 16 outputs
+/// (models whose parameters outweigh a batch's activations, as the page's does).
+pub fn predict_step_memory(_kind: Kind, _sizes: &[usize]) -> StepMemory {
+    // TODO: the rules for the state, the peak of step() and where the whole step peaks.
+    todo!("predict the first training step with {_kind:?} for {_sizes:?}")
 }
 // ANCHOR_END: predict_step

@@ -93,10 +93,10 @@ fn state_prediction_for_adam_on_a_tiny_model_matches_the_allocator() -> anyhow::
 
 // ---- predict the step ----
 
-/// The first training step, phase by phase.
-fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
+/// The first training step on a model of `sizes`, phase by phase.
+fn measure_step(kind: Kind, sizes: &[usize]) -> anyhow::Result<StepMemory> {
     let dev = device();
-    let (model, batch) = setup(&dev, &SIZES)?;
+    let (model, batch) = setup(&dev, sizes)?;
     let mut optimizer = optimizer(kind, model.parameters())?;
     let start = dev.memory_allocated();
     dev.reset_peak_memory_stats();
@@ -117,7 +117,7 @@ fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
         (step_peak, Phase::Step),
     ];
     let peak_phase = peaks.iter().max_by_key(|(bytes, _)| *bytes).unwrap().1;
-    println!("{kind:?}: forward {forward}, backward {backward}, step {step_peak}");
+    println!("{kind:?} {sizes:?}: forward {forward}, backward {backward}, step {step_peak}");
     Ok(StepMemory {
         state,
         step_peak,
@@ -125,19 +125,37 @@ fn measure_step(kind: Kind) -> anyhow::Result<StepMemory> {
     })
 }
 
+/// Your prediction beside the measured step on a model of `sizes`.
+fn compare_step(kind: Kind, sizes: &[usize], predicted: &StepMemory, measured: &StepMemory) {
+    Prediction::new(format!(
+        "your predict_step_memory for {kind:?} over {sizes:?}"
+    ))
+    .bytes("state", predicted.state, measured.state)
+    .rule("SGD keeps nothing, momentum one buffer per parameter, Adam two")
+    .bytes("step_peak", predicted.step_peak, measured.step_peak)
+    .rule("the gradients, the state, and what a for-each step makes at once")
+    .count("peak_phase", predicted.peak_phase, measured.peak_phase)
+    .rule("the step peaks above backward only when it makes new buffers")
+    .check();
+}
+
+/// The page's model, whose step must measure `want`, then two drawn on this run (2 or 3 layers,
+/// the inputs and hidden widths from 128 to 256, at most 16 outputs): a copied number passes one
+/// case at most.
 fn check_step(kind: Kind, want: StepMemory) -> anyhow::Result<()> {
     // The prediction is made before anything runs.
-    let predicted = predict_step_memory(kind);
-    let measured = measure_step(kind)?;
+    let predicted = predict_step_memory(kind, &SIZES);
+    let measured = measure_step(kind, &SIZES)?;
     assert_eq!(measured, want, "the allocator's numbers");
-    Prediction::new(format!("your predict_step_memory for {kind:?}"))
-        .bytes("state", predicted.state, measured.state)
-        .rule("SGD keeps nothing, momentum one buffer per parameter, Adam two")
-        .bytes("step_peak", predicted.step_peak, measured.step_peak)
-        .rule("the gradients, the state, and what a for-each step makes at once")
-        .count("peak_phase", predicted.peak_phase, measured.peak_phase)
-        .rule("the step peaks above backward only when it makes new buffers")
-        .check();
+    compare_step(kind, &SIZES, &predicted, &measured);
+    let mut draw = gpumem::testing::Draw::from_env();
+    for _ in 0..2 {
+        let layers = draw.size(2, 3);
+        let mut sizes: Vec<usize> = (0..layers).map(|_| draw.size(128, 256)).collect();
+        sizes.push(draw.size(1, 16));
+        let predicted = predict_step_memory(kind, &sizes);
+        compare_step(kind, &sizes, &predicted, &measure_step(kind, &sizes)?);
+    }
     Ok(())
 }
 

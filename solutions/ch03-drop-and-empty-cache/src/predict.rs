@@ -6,21 +6,27 @@
 pub const MIB: u64 = 1 << 20;
 
 // ANCHOR: scenario
-/// A situation to predict, then measure. Each one starts on a device with nothing reserved.
+/// A situation to predict, then measure. Each one starts on a device with nothing reserved. Every
+/// size is in bytes and a whole number of `f32` (a multiple of 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
-    /// `TinyLinear::new(dev, 10, 10)` is alive: the source's `nn.Linear(10, 10).cuda()`.
-    TinyModelLoaded,
+    /// `TinyLinear::new(dev, inputs, outputs)` is alive: an `f32` weight of `inputs * outputs`,
+    /// then a bias of `outputs`. The page's is 10 by 10, the source's `nn.Linear(10, 10).cuda()`.
+    TinyModelLoaded { inputs: u64, outputs: u64 },
     /// The same model, after `drop(model)`.
-    TinyModelDropped,
-    /// A 4 MiB buffer; `empty_cache()` while it is alive; then `drop` (the wrong order).
-    EmptyCacheBeforeDrop,
-    /// A 400-byte buffer stays alive; a 1 MiB buffer allocated after it is dropped.
-    SmallBufferPinsSegment,
-    /// A 2 MiB buffer stays alive; a 6 MiB buffer allocated after it is dropped.
-    LiveBlockPinsLargeSegment,
-    /// 4 MiB of host data is uploaded with `from_slice`, then the host `Vec` is dropped.
-    HostCopyDropped,
+    TinyModelDropped { inputs: u64, outputs: u64 },
+    /// A buffer of `bytes`; `empty_cache()` while it is alive; then `drop` (the wrong order). The
+    /// page's is 4 MiB.
+    EmptyCacheBeforeDrop { bytes: u64 },
+    /// A buffer of `live` bytes stays alive; a buffer of `freed` bytes allocated after it is
+    /// dropped. Both at most 1 MiB; the page's are 400 B and 1 MiB.
+    SmallBufferPinsSegment { live: u64, freed: u64 },
+    /// A buffer of `live` bytes stays alive; a buffer of `freed` bytes allocated after it is
+    /// dropped. Both over 1 MiB and under 10 MiB; the page's are 2 MiB and 6 MiB.
+    LiveBlockPinsLargeSegment { live: u64, freed: u64 },
+    /// `bytes` of host data are uploaded with `from_slice`, then the host `Vec` is dropped. The
+    /// page's are 4 MiB.
+    HostCopyDropped { bytes: u64 },
 }
 
 /// What the allocator reports at the end of a scenario.
@@ -36,19 +42,47 @@ pub struct Outcome {
 // ANCHOR_END: scenario
 
 impl Scenario {
-    /// Every scenario, in the order of the book.
+    /// Every scenario at the page's sizes, in the order of the book.
     pub const ALL: [Scenario; 6] = [
-        Scenario::TinyModelLoaded,
-        Scenario::TinyModelDropped,
-        Scenario::EmptyCacheBeforeDrop,
-        Scenario::SmallBufferPinsSegment,
-        Scenario::LiveBlockPinsLargeSegment,
-        Scenario::HostCopyDropped,
+        Scenario::TinyModelLoaded {
+            inputs: 10,
+            outputs: 10,
+        },
+        Scenario::TinyModelDropped {
+            inputs: 10,
+            outputs: 10,
+        },
+        Scenario::EmptyCacheBeforeDrop { bytes: 4 * MIB },
+        Scenario::SmallBufferPinsSegment {
+            live: 400,
+            freed: MIB,
+        },
+        Scenario::LiveBlockPinsLargeSegment {
+            live: 2 * MIB,
+            freed: 6 * MIB,
+        },
+        Scenario::HostCopyDropped { bytes: 4 * MIB },
     ];
+
+    /// The scenario's name, without its sizes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::TinyModelLoaded { .. } => "TinyModelLoaded",
+            Scenario::TinyModelDropped { .. } => "TinyModelDropped",
+            Scenario::EmptyCacheBeforeDrop { .. } => "EmptyCacheBeforeDrop",
+            Scenario::SmallBufferPinsSegment { .. } => "SmallBufferPinsSegment",
+            Scenario::LiveBlockPinsLargeSegment { .. } => "LiveBlockPinsLargeSegment",
+            Scenario::HostCopyDropped { .. } => "HostCopyDropped",
+        }
+    }
 }
 
 // ANCHOR: predict
-/// Your prediction for `scenario`, written before you run anything.
+/// Your prediction for `scenario`, written before you run anything: the rules that give the
+/// three numbers from the scenario's sizes. The tests try the page's sizes (`Scenario::ALL`) and
+/// sizes drawn on every run: a model whose weight is at most 1 MiB and one whose weight is over
+/// 1 MiB and under 10 MiB (its bias at most 1 MiB); for `EmptyCacheBeforeDrop` and
+/// `HostCopyDropped` one buffer of at most 1 MiB and one over 1 MiB and under 10 MiB.
 pub fn predict(scenario: Scenario) -> Outcome {
     let outcome = |allocated, reserved, reserved_after_empty_cache| Outcome {
         allocated,
@@ -56,18 +90,49 @@ pub fn predict(scenario: Scenario) -> Outcome {
         reserved_after_empty_cache,
     };
     match scenario {
-        // 400 B and 40 B round up to two 512 B blocks, carved from one new 2 MiB segment.
-        Scenario::TinyModelLoaded => outcome(1024, 2 * MIB, 2 * MIB),
-        // The blocks are back in the cache; the segment is whole again, so empty_cache frees it.
-        Scenario::TinyModelDropped => outcome(0, 2 * MIB, 0),
-        // 4 MiB comes from a 20 MiB segment; the early empty_cache found it pinned.
-        Scenario::EmptyCacheBeforeDrop => outcome(0, 20 * MIB, 0),
-        // The 512 B block pins its 2 MiB segment; the freed 1 MiB merged back into it.
-        Scenario::SmallBufferPinsSegment => outcome(512, 2 * MIB, 2 * MIB),
-        // Both blocks were carved from one 20 MiB segment; the live 2 MiB pins all 20.
-        Scenario::LiveBlockPinsLargeSegment => outcome(2 * MIB, 20 * MIB, 20 * MIB),
+        // The weight and the bias, each in its block, and the segments they were cut from.
+        Scenario::TinyModelLoaded { inputs, outputs } => {
+            let (allocated, reserved) = model(inputs, outputs);
+            outcome(allocated, reserved, reserved)
+        }
+        // The blocks are back in the cache; their segments are whole again, so empty_cache frees
+        // them.
+        Scenario::TinyModelDropped { inputs, outputs } => outcome(0, model(inputs, outputs).1, 0),
+        // The early empty_cache found the segment pinned; the buffer is gone by the end.
+        Scenario::EmptyCacheBeforeDrop { bytes } => outcome(0, segment(block(bytes)), 0),
+        // The live block pins its 2 MiB segment; the freed one merged back into it.
+        Scenario::SmallBufferPinsSegment { live, .. } => outcome(block(live), 2 * MIB, 2 * MIB),
+        // Both blocks were cut from one 20 MiB segment; the live one pins all of it.
+        Scenario::LiveBlockPinsLargeSegment { live, .. } => {
+            outcome(block(live), 20 * MIB, 20 * MIB)
+        }
         // The host Vec was never device memory; the uploaded copy lives on.
-        Scenario::HostCopyDropped => outcome(4 * MIB, 20 * MIB, 20 * MIB),
+        Scenario::HostCopyDropped { bytes } => {
+            let segment = segment(block(bytes));
+            outcome(block(bytes), segment, segment)
+        }
     }
+}
+
+/// A request's block: rounded up to a multiple of 512 bytes, and at least 512.
+fn block(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(512) * 512
+}
+
+/// The segment a new block is cut from: 2 MiB up to 1 MiB, 20 MiB over 1 MiB and under 10 MiB.
+fn segment(block: u64) -> u64 {
+    if block <= MIB { 2 * MIB } else { 20 * MIB }
+}
+
+/// A `TinyLinear`'s blocks and the segments they reserve: a small weight shares the bias's
+/// 2 MiB segment, a large one is cut from a 20 MiB segment of its own.
+fn model(inputs: u64, outputs: u64) -> (u64, u64) {
+    let (weight, bias) = (block(inputs * outputs * 4), block(outputs * 4));
+    let reserved = if weight <= MIB {
+        segment(bias)
+    } else {
+        segment(weight) + segment(bias)
+    };
+    (weight + bias, reserved)
 }
 // ANCHOR_END: predict

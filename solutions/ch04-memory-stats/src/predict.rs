@@ -57,20 +57,27 @@ pub fn predict_mlp(shape: &[(usize, usize)]) -> StatsView {
     }
 }
 
-/// Your prediction of `memory_stats()` after `fragment(dev)` on an empty device.
-pub fn predict_fragmented() -> StatsView {
+/// Your prediction of `memory_stats()` after `fragment(dev, each, last)` on an empty device, its
+/// buffers alive: four buffers of `each` bytes, the first and third dropped, then one of `last`
+/// bytes. The tests try the page's `FRAGMENT_SIZES`, 4 MiB and 6 MiB, and sizes drawn on every
+/// run: `each` over 2.5 MiB and at most 4.5 MiB, and `last` under 10 MiB and larger than every
+/// free piece the four buffers leave in their segment (every size a multiple of 4).
+pub fn predict_fragmented(each: u64, last: u64) -> StatsView {
+    let block = |bytes: u64| bytes.max(1).div_ceil(512) * 512;
+    let (each_block, last_block) = (block(each), block(last));
     StatsView {
-        // Live: the second and fourth 4 MiB blocks and the 6 MiB block.
-        allocated: 4 * MIB + 4 * MIB + 6 * MIB,
-        requested: 14 * MIB,
-        // No free block of the first segment (4, 4 and 4 MiB) fits 6 MiB: a second segment.
+        // Live: the second and fourth buffers and the last one.
+        allocated: 2 * each_block + last_block,
+        requested: 2 * each + last,
+        // The first segment's free pieces (two holes and its tail) are each smaller than the
+        // last buffer: a second 20 MiB segment.
         reserved: 20 * MIB + 20 * MIB,
-        // All four 4 MiB blocks were live at once.
-        peak_allocated: 16 * MIB,
+        // The most allocated at once: the four buffers, or what is alive at the end.
+        peak_allocated: (4 * each_block).max(2 * each_block + last_block),
         small_segments: 0,
         large_segments: 2,
-        // Three free 4 MiB holes in the first segment, 14 MiB left over in the second.
-        inactive_split_bytes: 12 * MIB + 14 * MIB,
+        // What is free in both segments, each pinned by its live blocks.
+        inactive_split_bytes: (20 * MIB - 2 * each_block) + (20 * MIB - last_block),
     }
 }
 // ANCHOR_END: predict

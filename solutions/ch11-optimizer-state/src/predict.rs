@@ -37,8 +37,8 @@ pub enum Phase {
     Step,
 }
 
-/// The first training step of a `SIZES` model on a batch of `ROWS`, in bytes above the
-/// model and the batch.
+/// The first training step of an `Mlp` on a batch of `ROWS`, in bytes above the model and the
+/// batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepMemory {
     /// The optimizer's state after the step.
@@ -71,10 +71,13 @@ pub fn predict_state_bytes(kind: Kind, sizes: &[usize]) -> u64 {
 // ANCHOR_END: predict_state
 
 // ANCHOR: predict_step
-/// Your prediction of `StepMemory` for `kind`.
-pub fn predict_step_memory(kind: Kind) -> StepMemory {
-    let gradients = predict_state_bytes(Kind::SgdMomentum, &SIZES); // one block per parameter
-    let state = predict_state_bytes(kind, &SIZES);
+/// Your prediction of `StepMemory` for `kind` on an `Mlp` with layer widths `sizes` (ReLU
+/// between the layers) and a batch of `ROWS`. The tests try `SIZES` and models drawn on every
+/// run: 2 or 3 layers, the inputs and every hidden width from 128 to 256, at most 16 outputs
+/// (models whose parameters outweigh a batch's activations, as the page's does).
+pub fn predict_step_memory(kind: Kind, sizes: &[usize]) -> StepMemory {
+    let gradients = predict_state_bytes(Kind::SgdMomentum, sizes); // one block per parameter
+    let state = predict_state_bytes(kind, sizes);
     let (step_peak, peak_phase) = match kind {
         // Updates in place: nothing new; backward held the gradients and activations.
         Kind::Sgd => (gradients, Phase::Backward),
