@@ -48,6 +48,9 @@ mod ch12;
 #[path = "../../../solutions/ch13-kv-cache/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch13;
+#[path = "../../../solutions/ch14-after-out-of-memory/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch14;
 
 /// The page's predictions of each chapter, printed with `{:?}` (their numbers are read back).
 fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
@@ -135,6 +138,22 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                 show(&ch13::predict_fit(1024, 40 << 20, 300, 16, 100)),
                 show(&ch13::predict_fit(131_072, 16 << 30, 32_768, 16, 1000)),
             ],
+        ),
+        (
+            "ch14-after-out-of-memory",
+            [(8, 3 << 20), (100, 100_000), (4, (25 << 20) + 1000)]
+                .iter()
+                .flat_map(|&(buffers, size)| {
+                    [false, true].map(|empty_cache| {
+                        show(&ch14::predict_refill(ch14::Steps {
+                            buffers,
+                            size,
+                            steps: 3,
+                            empty_cache,
+                        }))
+                    })
+                })
+                .collect(),
         ),
     ]
 }
@@ -313,13 +332,65 @@ fn chapter_10_states_no_fix_and_no_peak_before_its_exercises() {
     );
 }
 
-/// Chapters 12 and 13 state every answer of their "Check yourself" questions in their sections:
+/// Chapter 14 predicts what `empty_cache()` costs three steps: counts too small for the number
+/// search above, and peaks in whole MiB. Its peaks other than the rules' own sizes (2, 10 and
+/// 20 MiB) are looked for in MiB outside the reveal and in the quiz.
+#[test]
+fn chapter_14_states_no_peak_before_its_prediction() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let chapter = "ch14-after-out-of-memory";
+    let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
+        .expect("the chapter's page");
+    let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
+        .expect("the chapter's quiz");
+    let outside = outside_reveals(&page);
+    let mut peaks: Vec<u64> = [(8, 3 << 20), (100, 100_000), (4, (25 << 20) + 1000)]
+        .iter()
+        .map(|&(buffers, size)| {
+            ch14::predict_refill(ch14::Steps {
+                buffers,
+                size,
+                steps: 3,
+                empty_cache: true,
+            })
+            .peak_reserved
+                >> 20
+        })
+        .filter(|mib| ![2, 10, 20].contains(mib))
+        .collect();
+    peaks.dedup();
+    assert!(!peaks.is_empty(), "a peak of the prediction to look for");
+    let mut leaks = Vec::new();
+    for (what, text) in [("page", outside.as_str()), ("quiz", quiz.as_str())] {
+        for mib in &peaks {
+            for spelling in [format!("{mib} MiB"), format!("{mib}.00 MiB")] {
+                for (i, line) in text.lines().enumerate() {
+                    if line.contains(&spelling) {
+                        leaks.push(format!("{what} line {}: {spelling} in {line:?}", i + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "chapter 14 states a measured peak before the learner predicts it (move it into the \
+         <details class=\"wb-answer\"> reveal):\n{}",
+        leaks.join("\n")
+    );
+}
+
+/// Chapters 12, 13 and 14 state every answer of their "Check yourself" questions in their sections:
 /// the questions go before the first section (the page's `<!-- check yourself -->` line), so
 /// that "Answer before you scroll on" can be done.
 #[test]
 fn check_yourself_comes_before_the_sections_that_answer_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for chapter in ["ch12-transformer-activations", "ch13-kv-cache"] {
+    for chapter in [
+        "ch12-transformer-activations",
+        "ch13-kv-cache",
+        "ch14-after-out-of-memory",
+    ] {
         let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
             .expect("the chapter's page");
         let marker = page.find("\n<!-- check yourself -->\n").unwrap_or_else(|| {
