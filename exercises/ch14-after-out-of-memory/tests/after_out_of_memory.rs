@@ -368,6 +368,27 @@ fn prediction_at_the_pages_sizes_matches() -> anyhow::Result<()> {
 }
 
 #[test]
+fn prediction_at_the_pools_edges_matches() -> anyhow::Result<()> {
+    let dev = gpumem::testing::device();
+    // Exactly 1 MiB (still the small pool); 699,050 B (three fit in 2 MiB, but not once rounded
+    // to 512 B); exactly 10 MiB (a segment of its own); 10 MiB less 512 B (a 20 MiB segment).
+    for (buffers, size) in [(3, MIB), (6, 699_050), (4, 10 * MIB), (4, 10 * MIB - 512)] {
+        for empty_cache in [false, true] {
+            check_prediction(
+                &dev,
+                Steps {
+                    buffers,
+                    size,
+                    steps: 2,
+                    empty_cache,
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
 fn prediction_at_drawn_sizes_matches() -> anyhow::Result<()> {
     gpumem::testing::seeded(|| {
         let dev = gpumem::testing::device();

@@ -241,12 +241,13 @@ pub fn fit_batch(dev: &Device, batch: usize, sample_bytes: usize) -> Result<Fitt
 // ANCHOR_END: fit_batch
 
 // ANCHOR: measure
-/// Runs `steps` on `dev` from a clean start and returns what the statistics counted; the cache
-/// is emptied afterwards.
+/// Runs `steps` on `dev` from an emptied cache and returns what the statistics counted (the peak
+/// above what was reserved before, by buffers held elsewhere); the cache is emptied afterwards.
 pub fn measure_refill(dev: &Device, steps: Steps) -> Result<Cost> {
     dev.empty_cache();
     dev.reset_peak_memory_stats();
     dev.reset_accumulated_memory_stats();
+    let held_before = dev.memory_reserved();
     for _ in 0..steps.steps {
         let buffers = (0..steps.buffers)
             .map(|_| dev.alloc::<u8>(steps.size as usize))
@@ -260,7 +261,7 @@ pub fn measure_refill(dev: &Device, steps: Steps) -> Result<Cost> {
     let cost = Cost {
         device_allocs: stats.get("num_device_alloc").unwrap_or(0),
         device_frees: stats.get("num_device_free").unwrap_or(0),
-        peak_reserved: dev.max_memory_reserved(),
+        peak_reserved: dev.max_memory_reserved() - held_before,
     };
     dev.empty_cache();
     Ok(cost)
