@@ -117,7 +117,11 @@ fn main() -> anyhow::Result<()> {
         let stats = dev.memory_stats();
         println!(
             "  80 MiB cached, cap 100 MiB, 90 MiB asked for, {:<24} {}; num_alloc_retries {}, num_device_free {}",
-            if empty_first { "empty_cache() first:" } else { "as is:" },
+            if empty_first {
+                "empty_cache() first:"
+            } else {
+                "as is:"
+            },
             if big.is_ok() { "fits" } else { "out of memory" },
             stats.get("num_alloc_retries").unwrap_or(0),
             stats.get("num_device_free").unwrap_or(0)

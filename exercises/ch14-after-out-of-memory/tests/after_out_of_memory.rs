@@ -322,7 +322,10 @@ fn a_failed_step_holds_its_activations_until_dropped() {
     assert_eq!(dev.memory_allocated(), 0);
     // And so yours must let it go.
     let fitted = fit_batch(&dev, 4, (10 * MIB) as usize).expect("a batch fits");
-    assert_eq!(fitted.batch, 1, "40 + 80 MiB does not fit, 20 + 40 MiB does not, 10 + 20 does");
+    assert_eq!(
+        fitted.batch, 1,
+        "40 + 80 MiB does not fit, 20 + 40 MiB does not, 10 + 20 does"
+    );
 }
 
 /// Checks the prediction for `steps` against a run.
@@ -340,9 +343,17 @@ fn check_prediction(dev: &gpumem::Device, steps: Steps) -> anyhow::Result<()> {
             "segments per step (blocks rounded to 512 B; 2 MiB segments up to 1 MiB, 20 MiB \
              below 10 MiB, else one rounded to 2 MiB), reserved again only after empty_cache",
         )
-        .count("device_frees", predicted.device_frees, measured.device_frees)
+        .count(
+            "device_frees",
+            predicted.device_frees,
+            measured.device_frees,
+        )
         .rule("segments go back to the device only in empty_cache")
-        .bytes("peak_reserved", predicted.peak_reserved, measured.peak_reserved)
+        .bytes(
+            "peak_reserved",
+            predicted.peak_reserved,
+            measured.peak_reserved,
+        )
         .rule("the segments of one step, whole")
         .check();
     Ok(())
