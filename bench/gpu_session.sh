@@ -10,7 +10,8 @@
 #                         .gpu/src-path, the CLI's tests (they need cargo) left out, and .gpu packed:
 #                         tar -cJf .gpu.tar.xz --exclude='.gpu/bin/workbook__*' .gpu
 # On the GPU host:        bash bench/gpu_session.sh             (carry .gpu.tar.xz)
-# env: STEPS (regex of the step names to run, default all), TEST_LIMIT (seconds per test executable)
+# env: STEPS (regex of the step names to run, default all), TEST_LIMIT (seconds per test executable),
+#      BENCH_FILTER (criterion's filter, e.g. cuda), BENCH_LIMIT (seconds per bench executable)
 set -u
 root=$(pwd)
 out=${OUT:-$root/gpu-out}
@@ -25,11 +26,13 @@ elapsed() { echo $(($(date +%s) - t0)); }
 
 # the CUDA libraries the executables load (cublas, nvrtc), wherever the image keeps them
 libdirs=""
+# pip's CUDA wheels (nvidia/cu13/lib, nvidia/cuda_nvrtc/lib) live in Python's site-packages
+pydirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
 for pat in 'libcublas.so.1[0-9]*' 'libcublasLt.so.1[0-9]*' 'libnvrtc.so.1[0-9]*' 'libnvrtc-builtins.so.1[0-9]*'; do
   while IFS= read -r f; do
     d=$(dirname "$f")
     case ":$libdirs:" in *":$d:"*) ;; *) libdirs="$libdirs:$d" ;; esac
-  done < <(find /usr/local /opt /usr/lib /usr/lib64 \( -name "$pat" -a \( -type f -o -type l \) \) 2>/dev/null)
+  done < <(find /usr/local /opt /usr/lib /usr/lib64 $pydirs \( -name "$pat" -a \( -type f -o -type l \) \) 2>/dev/null)
 done
 export LD_LIBRARY_PATH="${libdirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GPUMEM_DEVICE=cuda RUST_BACKTRACE=1
@@ -45,7 +48,8 @@ cat "$logs/env.txt" >> "$out/summary.txt"
 # each test runs in its package's folder, as cargo runs it.
 src=$(cat .gpu/src-path 2>/dev/null || echo /tmp/gpu-src)
 mkdir -p "$src"
-git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$src" 2>/dev/null
+# (tar, not git ls-files: the copy of the tree on the GPU host may come without .git)
+tar -cf - --exclude=./.git --exclude=./.gpu --exclude=./.gpu.tar.xz --exclude=./target . | tar -xf - -C "$src"
 for s in solutions/*/; do cp -r "$s". "$src/exercises/$(basename "$s")/"; done
 package_dir() {
   case $1 in
@@ -122,6 +126,21 @@ if [[ snapshot =~ $steps ]]; then
   pack
 fi
 
+if [[ walkthrough =~ $steps ]]; then
+  # every chapter's walkthrough on the GPU (solutions laid over the stubs): the book's appendix D
+  # has a column for what a GPU gives
+  note "--- walkthroughs [$(elapsed) s]"
+  mkdir -p "$out/walkthroughs"
+  for w in .gpu/examples/*__walkthrough; do
+    [ -x "$w" ] || continue
+    ch=$(basename "$w" __walkthrough)
+    w=$(cd "$(dirname "$w")" && pwd)/$(basename "$w")
+    (cd "$src/exercises/$ch" && timeout 60 "$w") > "$out/walkthroughs/$ch.txt" 2> "$out/walkthroughs/$ch.err"
+    note "walkthrough $ch rc=$? [$(elapsed) s]"
+  done
+  pack
+fi
+
 if [[ anchor =~ $steps ]]; then
   note "--- torch_alloc [$(elapsed) s]"
   timeout 90 python3 bench/torch_alloc.py > "$logs/torch_alloc.txt" 2>&1
@@ -135,7 +154,7 @@ if [[ bench =~ $steps ]]; then
     n=$(basename "$b")
     [[ $n =~ snapshot_replay ]] && continue   # the pickle reader: no GPU in it
     note "--- bench $n [$(elapsed) s]"
-    timeout 100 "$b" --bench --warm-up-time 0.5 --measurement-time 2 --noplot > "$logs/bench-$n.log" 2>&1
+    timeout "${BENCH_LIMIT:-100}" "$b" --bench --warm-up-time 0.5 --measurement-time 2 --noplot ${BENCH_FILTER:-} > "$logs/bench-$n.log" 2>&1
     note "bench $n rc=$?"
     grep -E -B1 'time:|thrpt:' "$logs/bench-$n.log" >> "$out/summary.txt"
     pack
