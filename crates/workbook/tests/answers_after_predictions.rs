@@ -463,3 +463,52 @@ fn chapter_10s_walkthrough_keeps_its_fixes_until_the_predictions_match() {
         );
     }
 }
+
+/// Chapter 14's walkthrough measures what `empty_cache()` costs but prints the table (exercise
+/// 3's answer) only once the learner's predictions match it: run on the stub, it says to predict
+/// first.
+#[test]
+fn chapter_14s_walkthrough_keeps_its_costs_until_the_predictions_match() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let stub =
+        std::fs::read_to_string(root.join("exercises/ch14-after-out-of-memory/src/predict.rs"))
+            .expect("chapter 14's predictions");
+    if !stub.contains("todo!(") {
+        eprintln!(
+            "skipped: exercises/ch14-after-out-of-memory/src/predict.rs is no longer the stub"
+        );
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "ch14-after-out-of-memory",
+            "--example",
+            "walkthrough",
+        ])
+        .current_dir(&root)
+        .env("GPUMEM_DEVICE", "cpu")
+        .env_remove("WORKBOOK_ANSWERS")
+        .env_remove("GPUMEM_ALLOC_CONF")
+        .output()
+        .expect("running chapter 14's walkthrough");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    let costs = section(
+        &printed,
+        "== What empty_cache() costs the steps after it (3 steps each) ==",
+    );
+    assert!(
+        costs.contains("Predict first: `workbook check ch14`"),
+        "the walkthrough asks the learner to predict first:\n{costs}"
+    );
+    for shown in ["device allocs", "every step", "peak reserved"] {
+        assert!(
+            !costs.contains(shown),
+            "the walkthrough shows {shown:?} before the predictions match:\n{costs}"
+        );
+    }
+}
