@@ -122,6 +122,13 @@ fn triage_follows_the_order_of_the_rules_at_the_edges() {
         ..short
     };
     assert_eq!(triage(&crowded), Lever::AnotherProcess, "{crowded:?}");
+    assert!(
+        crowded
+            .torch_message()
+            .contains("is free. Process 4242 has 2.00 GiB memory in use. Of the allocated"),
+        "torch names the other process: {}",
+        crowded.torch_message()
+    );
     // Under a cap below what the process already reserved there is no room left under it:
     // plenty free on the device makes it the cap, whatever the other processes hold.
     let capped = Reading {

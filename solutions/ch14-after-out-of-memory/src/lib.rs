@@ -119,18 +119,6 @@ impl Reading {
     }
 }
 
-impl Lever {
-    /// The chapters whose fixes this lever points to.
-    pub fn chapters(self) -> &'static str {
-        match self {
-            Lever::Fragmentation => "10",
-            Lever::OverTheCap => "1, 10",
-            Lever::AnotherProcess => "1",
-            Lever::HoldLess => "5, 6, 8, 9, 11, 12, 13",
-        }
-    }
-}
-
 // ANCHOR: triage
 /// The lever `reading` points to, the first rule that holds:
 /// 1. `Fragmentation`: the cached bytes and the room the process still has (the device's free
