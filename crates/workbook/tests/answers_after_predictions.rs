@@ -48,6 +48,9 @@ mod ch12;
 #[path = "../../../solutions/ch13-kv-cache/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch13;
+#[path = "../../../solutions/ch14-after-out-of-memory/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch14;
 
 /// The page's predictions of each chapter, printed with `{:?}` (their numbers are read back).
 fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
@@ -138,6 +141,22 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                 show(&ch13::predict_fit(1024, 40 << 20, 300, 16, 100)),
                 show(&ch13::predict_fit(131_072, 16 << 30, 32_768, 16, 1000)),
             ],
+        ),
+        (
+            "ch14-after-out-of-memory",
+            [(8, 3 << 20), (100, 100_000), (4, (25 << 20) + 1000)]
+                .iter()
+                .flat_map(|&(buffers, size)| {
+                    [false, true].map(|empty_cache| {
+                        show(&ch14::predict_refill(ch14::Steps {
+                            buffers,
+                            size,
+                            steps: 3,
+                            empty_cache,
+                        }))
+                    })
+                })
+                .collect(),
         ),
     ]
 }
@@ -316,13 +335,65 @@ fn chapter_10_states_no_fix_and_no_peak_before_its_exercises() {
     );
 }
 
-/// Chapters 12 and 13 state every answer of their "Check yourself" questions in their sections:
+/// Chapter 14 predicts what `empty_cache()` costs three steps: counts too small for the number
+/// search above, and peaks in whole MiB. Its peaks other than the rules' own sizes (2, 10 and
+/// 20 MiB) are looked for in MiB outside the reveal and in the quiz.
+#[test]
+fn chapter_14_states_no_peak_before_its_prediction() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let chapter = "ch14-after-out-of-memory";
+    let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
+        .expect("the chapter's page");
+    let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
+        .expect("the chapter's quiz");
+    let outside = outside_reveals(&page);
+    let mut peaks: Vec<u64> = [(8, 3 << 20), (100, 100_000), (4, (25 << 20) + 1000)]
+        .iter()
+        .map(|&(buffers, size)| {
+            ch14::predict_refill(ch14::Steps {
+                buffers,
+                size,
+                steps: 3,
+                empty_cache: true,
+            })
+            .peak_reserved
+                >> 20
+        })
+        .filter(|mib| ![2, 10, 20].contains(mib))
+        .collect();
+    peaks.dedup();
+    assert!(!peaks.is_empty(), "a peak of the prediction to look for");
+    let mut leaks = Vec::new();
+    for (what, text) in [("page", outside.as_str()), ("quiz", quiz.as_str())] {
+        for mib in &peaks {
+            for spelling in [format!("{mib} MiB"), format!("{mib}.00 MiB")] {
+                for (i, line) in text.lines().enumerate() {
+                    if line.contains(&spelling) {
+                        leaks.push(format!("{what} line {}: {spelling} in {line:?}", i + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "chapter 14 states a measured peak before the learner predicts it (move it into the \
+         <details class=\"wb-answer\"> reveal):\n{}",
+        leaks.join("\n")
+    );
+}
+
+/// Chapters 12, 13 and 14 state every answer of their "Check yourself" questions in their sections:
 /// the questions go before the first section (the page's `<!-- check yourself -->` line), so
 /// that "Answer before you scroll on" can be done.
 #[test]
 fn check_yourself_comes_before_the_sections_that_answer_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for chapter in ["ch12-transformer-activations", "ch13-kv-cache"] {
+    for chapter in [
+        "ch12-transformer-activations",
+        "ch13-kv-cache",
+        "ch14-after-out-of-memory",
+    ] {
         let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
             .expect("the chapter's page");
         let marker = page.find("\n<!-- check yourself -->\n").unwrap_or_else(|| {
@@ -392,6 +463,55 @@ fn chapter_10s_walkthrough_keeps_its_fixes_until_the_predictions_match() {
         assert!(
             !fixes.contains(setting),
             "the walkthrough shows {setting:?} before the predictions match:\n{fixes}"
+        );
+    }
+}
+
+/// Chapter 14's walkthrough measures what `empty_cache()` costs but prints the table (exercise
+/// 3's answer) only once the learner's predictions match it: run on the stub, it says to predict
+/// first.
+#[test]
+fn chapter_14s_walkthrough_keeps_its_costs_until_the_predictions_match() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let stub =
+        std::fs::read_to_string(root.join("exercises/ch14-after-out-of-memory/src/predict.rs"))
+            .expect("chapter 14's predictions");
+    if !stub.contains("todo!(") {
+        eprintln!(
+            "skipped: exercises/ch14-after-out-of-memory/src/predict.rs is no longer the stub"
+        );
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "ch14-after-out-of-memory",
+            "--example",
+            "walkthrough",
+        ])
+        .current_dir(&root)
+        .env("GPUMEM_DEVICE", "cpu")
+        .env_remove("WORKBOOK_ANSWERS")
+        .env_remove("GPUMEM_ALLOC_CONF")
+        .output()
+        .expect("running chapter 14's walkthrough");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    let costs = section(
+        &printed,
+        "== What empty_cache() costs the steps after it (3 steps each) ==",
+    );
+    assert!(
+        costs.contains("Predict first: `workbook check ch14`"),
+        "the walkthrough asks the learner to predict first:\n{costs}"
+    );
+    for shown in ["device allocs", "every step", "peak reserved"] {
+        assert!(
+            !costs.contains(shown),
+            "the walkthrough shows {shown:?} before the predictions match:\n{costs}"
         );
     }
 }

@@ -293,6 +293,36 @@ fn copy_problem(src: &Path, label: &str, output: &[String]) -> Option<String> {
     None
 }
 
+/// An output that only torch 2.15 can make, which `workbook pictures` cannot run: a page includes
+/// `bench/<name>.txt`, which `python bench/<name>.py` (committed beside it) wrote with torch
+/// 2.15.0, as its first line says. `None` when `shown` is not such an include; else whether it
+/// is one.
+fn torch_recording(root: &Path, shown: &str) -> Option<Result<(), String>> {
+    let file = shown
+        .strip_prefix("{{#include ../../bench/")?
+        .strip_suffix("}}")?
+        .split(':')
+        .next()?;
+    let script = root
+        .join("bench")
+        .join(file.strip_suffix(".txt").unwrap_or(file))
+        .with_extension("py");
+    let text = std::fs::read_to_string(root.join("bench").join(file)).unwrap_or_default();
+    Some(if !script.is_file() {
+        Err(format!(
+            "includes bench/{file}, but no bench/*.py script beside it writes it"
+        ))
+    } else if !text.starts_with("torch 2.15.0") {
+        Err(format!(
+            "includes bench/{file}, whose first line does not say it was recorded with torch \
+             2.15.0 (run {} with torch 2.15.0)",
+            script.display()
+        ))
+    } else {
+        Ok(())
+    })
+}
+
 #[test]
 fn every_command_output_on_a_page_is_a_file_a_command_wrote() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -323,6 +353,12 @@ fn every_command_output_on_a_page_is_a_file_a_command_wrote() {
                     .strip_prefix("{{#include pictures/")
                     .and_then(|rest| rest.strip_suffix("}}"))
                     .map(|rest| rest.split(':').next().unwrap_or(rest));
+                if let Some(recorded) = torch_recording(&root, shown) {
+                    if let Err(problem) = recorded {
+                        problems.push(format!("{name}:{line}: {problem}"));
+                    }
+                    continue;
+                }
                 match included {
                     Some(file) if src.join("pictures").join(file).is_file() => {}
                     Some(file) => problems.push(format!(
@@ -390,5 +426,35 @@ fn a_readme_copy_must_name_its_generated_file_and_equal_it() {
         copy_problem(dir.path(), missing, &copy(&["a"]))
             .unwrap()
             .contains("gone.txt, which is missing")
+    );
+}
+
+#[test]
+fn a_torch_recording_needs_its_script_and_torch_2_15() {
+    let root = tempfile::tempdir().expect("a temporary folder");
+    let bench = root.path().join("bench");
+    std::fs::create_dir(&bench).expect("bench/");
+    let shown = "{{#include ../../bench/run.txt}}";
+    std::fs::write(bench.join("run.txt"), "torch 2.14.0\n1. freed\n").expect("run.txt");
+    let no_script = torch_recording(root.path(), shown).expect("an include of bench/");
+    assert!(
+        no_script
+            .as_ref()
+            .is_err_and(|e| e.contains("no bench/*.py")),
+        "{no_script:?}"
+    );
+    std::fs::write(bench.join("run.py"), "import torch\n").expect("run.py");
+    let old_torch = torch_recording(root.path(), shown).expect("an include of bench/");
+    assert!(
+        old_torch
+            .as_ref()
+            .is_err_and(|e| e.contains("torch 2.15.0")),
+        "{old_torch:?}"
+    );
+    std::fs::write(bench.join("run.txt"), "torch 2.15.0+cpu\n1. freed\n").expect("run.txt");
+    assert_eq!(torch_recording(root.path(), shown), Some(Ok(())));
+    assert_eq!(
+        torch_recording(root.path(), "{{#include pictures/a.txt}}"),
+        None
     );
 }

@@ -1,0 +1,257 @@
+//! Chapter 14: the first minute after an out-of-memory error.
+//!
+//! Go from torch's message to the lever that fits it, release what a caught out-of-memory error
+//! keeps alive before trying again, and predict what `empty_cache()` costs the steps after it.
+//! Edit the items marked `TODO`.
+
+pub use ch14_predict::{Cost, Steps};
+use gpumem::format::format_size;
+use gpumem::{Buffer, Device, Error, Result};
+
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+
+// ANCHOR: reading
+/// The numbers of an out-of-memory message, in bytes: chapter 10's `OomReport`, and the
+/// sentences torch takes from NVML about the device's other users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    /// "Tried to allocate X": the segment the allocator tried to reserve.
+    pub tried_to_allocate: u64,
+    /// "a total capacity of X".
+    pub total: u64,
+    /// "of which X is free": the device's free memory, after the allocator released its cache.
+    pub free: u64,
+    /// "X allowed;": the cap from `set_per_process_memory_fraction`, when one is set.
+    pub allowed: Option<u64>,
+    /// "Including non-PyTorch memory, this process has X memory in use", when NVML answered.
+    pub this_process: Option<u64>,
+    /// The sum of every "Process N has X memory in use": the device's other processes (0 when
+    /// there is none, or NVML did not answer).
+    pub other_processes: u64,
+    /// "X is allocated by PyTorch": bytes in live blocks.
+    pub allocated: u64,
+    /// "X is reserved by PyTorch but unallocated": cached, free, in segments that hold a live
+    /// block (the release-and-retry gave back every other one).
+    pub reserved_unallocated: u64,
+}
+
+/// What to reach for first, read from the message alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lever {
+    /// The bytes are there but in pieces: reorder the allocations, `expandable_segments:True`,
+    /// `max_split_size_mb` (chapter 10).
+    Fragmentation,
+    /// The device had room; the process's cap did not: raise or remove
+    /// `set_per_process_memory_fraction` (chapters 1 and 10).
+    OverTheCap,
+    /// Other processes hold the memory the request needs: stop or move them, or share the device
+    /// by design (chapter 1).
+    AnotherProcess,
+    /// This process's live tensors fill the device: hold less. A smaller batch, accumulation
+    /// (chapter 5), mixed precision (6), fewer saved activations (8, 9, 12), less optimizer
+    /// state (11), a smaller KV cache (13).
+    HoldLess,
+}
+// ANCHOR_END: reading
+
+impl Reading {
+    /// The numbers of gpumem's own out-of-memory error (gpumem does not ask NVML, so there are
+    /// no other processes); `None` for any other error and for the "more than 1EB" refusal.
+    pub fn from_error(error: &Error) -> Option<Reading> {
+        match *error {
+            Error::OutOfMemory {
+                alloc_size,
+                total,
+                free,
+                allowed,
+                allocated,
+                reserved_unallocated,
+                too_large: false,
+                ..
+            } => Some(Reading {
+                tried_to_allocate: alloc_size,
+                total,
+                free,
+                allowed,
+                this_process: None,
+                other_processes: 0,
+                allocated,
+                reserved_unallocated,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The message torch 2.15 prints for these numbers on `GPU 0`, sentence by sentence as
+    /// `c10/cuda/CUDACachingAllocator.cpp` writes it (the other processes as one, PID 4242).
+    pub fn torch_message(&self) -> String {
+        let mut processes = String::new();
+        if self.other_processes > 0 {
+            processes += &format!(
+                "Process 4242 has {} memory in use. ",
+                format_size(self.other_processes)
+            );
+        }
+        if let Some(mine) = self.this_process {
+            processes += &format!(
+                "Including non-PyTorch memory, this process has {} memory in use. ",
+                format_size(mine)
+            );
+        }
+        let allowed = self
+            .allowed
+            .map(|a| format!("{} allowed; ", format_size(a)))
+            .unwrap_or_default();
+        format!(
+            "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which \
+             {} is free. {processes}{allowed}Of the allocated memory {} is allocated by PyTorch, \
+             and {} is reserved by PyTorch but unallocated. If reserved but unallocated memory is \
+             large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid \
+             fragmentation.  See documentation for Memory Management  \
+             (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
+            format_size(self.tried_to_allocate),
+            format_size(self.total),
+            format_size(self.free),
+            format_size(self.allocated),
+            format_size(self.reserved_unallocated),
+        )
+    }
+}
+
+// ANCHOR: triage
+/// The lever `reading` points to, the first rule that holds:
+/// 1. `Fragmentation`: the cached bytes and the room the process still has (the device's free
+///    memory, and under a cap no more than `allowed − reserved`) would hold the request;
+/// 2. `OverTheCap`: a cap is set and the device's free memory alone would hold it;
+/// 3. `AnotherProcess`: the device's free memory and what the other processes hold would;
+/// 4. `HoldLess` otherwise.
+pub fn triage(reading: &Reading) -> Lever {
+    let reserved = reading.allocated + reading.reserved_unallocated;
+    let room = match reading.allowed {
+        Some(allowed) => allowed.saturating_sub(reserved).min(reading.free),
+        None => reading.free,
+    };
+    let tried = reading.tried_to_allocate;
+    if reading.reserved_unallocated + room >= tried {
+        Lever::Fragmentation
+    } else if reading.allowed.is_some() && reading.free >= tried {
+        Lever::OverTheCap
+    } else if reading.free + reading.other_processes >= tried {
+        Lever::AnotherProcess
+    } else {
+        Lever::HoldLess
+    }
+}
+// ANCHOR_END: triage
+
+// ANCHOR: step
+/// What a finished training step holds.
+pub struct Step {
+    /// `batch × sample_bytes` bytes.
+    pub activations: Buffer<u8>,
+    /// `2 × batch × sample_bytes` bytes.
+    pub workspace: Buffer<u8>,
+}
+
+/// A step that ran out of memory, and what it keeps alive: like a Python exception, whose
+/// traceback holds the frames of the failed step and so their tensors.
+pub struct StepFailure {
+    /// The error.
+    pub error: Error,
+    /// The buffers the step had allocated when it failed.
+    pub frames: Vec<Buffer<u8>>,
+}
+
+/// One training step of `batch` samples: the activations, then a workspace twice their size.
+pub fn train_step(
+    dev: &Device,
+    batch: usize,
+    sample_bytes: usize,
+) -> std::result::Result<Step, StepFailure> {
+    let activations = dev
+        .alloc::<u8>(batch * sample_bytes)
+        .map_err(|error| StepFailure {
+            error,
+            frames: Vec::new(),
+        })?;
+    match dev.alloc::<u8>(2 * batch * sample_bytes) {
+        Ok(workspace) => Ok(Step {
+            activations,
+            workspace,
+        }),
+        Err(error) => Err(StepFailure {
+            error,
+            frames: vec![activations],
+        }),
+    }
+}
+
+/// A step that fitted, and the messages of the tries that did not.
+pub struct Fitted {
+    /// The batch that fitted.
+    pub batch: usize,
+    /// What its step holds.
+    pub step: Step,
+    /// The message of each out-of-memory error on the way, in order.
+    pub messages: Vec<String>,
+}
+// ANCHOR_END: step
+
+// ANCHOR: fit_batch
+/// Runs `train_step` at `batch`, and after each out-of-memory error at half the batch, until a
+/// step fits. Keeps each error's message, never the failure itself, and releases what a failure
+/// holds before the next try. Any other error, or running out of memory at a batch of 1, ends it
+/// with that error.
+pub fn fit_batch(dev: &Device, batch: usize, sample_bytes: usize) -> Result<Fitted> {
+    let mut batch = batch;
+    let mut messages = Vec::new();
+    loop {
+        let failure = match train_step(dev, batch, sample_bytes) {
+            Ok(step) => {
+                return Ok(Fitted {
+                    batch,
+                    step,
+                    messages,
+                });
+            }
+            Err(failure) => failure,
+        };
+        if !failure.error.is_out_of_memory() || batch == 1 {
+            return Err(failure.error);
+        }
+        messages.push(failure.error.to_string());
+        // The failed step's buffers go back to the cache here, before the smaller try.
+        drop(failure);
+        batch /= 2;
+    }
+}
+// ANCHOR_END: fit_batch
+
+// ANCHOR: measure
+/// Runs `steps` on `dev` from an emptied cache and returns what the statistics counted (the peak
+/// above what was reserved before, by buffers held elsewhere); the cache is emptied afterwards.
+pub fn measure_refill(dev: &Device, steps: Steps) -> Result<Cost> {
+    dev.empty_cache();
+    dev.reset_peak_memory_stats();
+    dev.reset_accumulated_memory_stats();
+    let held_before = dev.memory_reserved();
+    for _ in 0..steps.steps {
+        let buffers = (0..steps.buffers)
+            .map(|_| dev.alloc::<u8>(steps.size as usize))
+            .collect::<Result<Vec<_>>>()?;
+        drop(buffers);
+        if steps.empty_cache {
+            dev.empty_cache();
+        }
+    }
+    let stats = dev.memory_stats();
+    let cost = Cost {
+        device_allocs: stats.get("num_device_alloc").unwrap_or(0),
+        device_frees: stats.get("num_device_free").unwrap_or(0),
+        peak_reserved: dev.max_memory_reserved() - held_before,
+    };
+    dev.empty_cache();
+    Ok(cost)
+}
+// ANCHOR_END: measure
