@@ -289,7 +289,7 @@ impl Gradebook {
             }
         }
         let rank = |c: &Column| order.iter().position(|o| *o == c.chapter);
-        self.chapters.sort_by_key(|c| rank(c));
+        self.chapters.sort_by_key(rank);
         let mut merged = Merged::default();
         let mut touched = vec![false; self.rows.len()];
         for student in &report.students {

@@ -495,13 +495,13 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         .as_deref()
         .map(gradebook::Roster::read)
         .transpose()?;
-    let points = |chapter: &str| {
+    let chapter_points = |chapter: &str| {
         repo.chapter(chapter)
             .map(|c| c.info.total_points())
             .unwrap_or(0)
     };
     let existing = match &args.csv {
-        Some(path) => Gradebook::read(path, &all_chapters, &points)?,
+        Some(path) => Gradebook::read(path, &all_chapters, &chapter_points)?,
         None => Gradebook::default(),
     };
     if existing.policy_columns && policy.is_none() {

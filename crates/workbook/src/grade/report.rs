@@ -308,15 +308,15 @@ pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
     let mut tests = Vec::new();
     let (mut score, mut max_score) = (0.0, 0.0);
     for chapter in &student.chapters {
-        let scale = scale(report, chapter);
-        score += f64::from(chapter.score()) * scale;
-        max_score += f64::from(chapter.max_score()) * scale;
+        let factor = scale(report, chapter);
+        score += f64::from(chapter.score()) * factor;
+        max_score += f64::from(chapter.max_score()) * factor;
         for test in &chapter.tests {
             let mut entry = json!({
                 "name": format!("{}::{}", chapter.chapter, test.test.name),
                 "status": if test.status.passed() { "passed" } else { "failed" },
-                "score": points(f64::from(test.score) * scale),
-                "max_score": points(f64::from(test.test.points) * scale),
+                "score": points(f64::from(test.score) * factor),
+                "max_score": points(f64::from(test.test.points) * factor),
                 "output": test_output(&chapter.chapter, test, report),
             });
             if test.test.hidden {

@@ -4,7 +4,8 @@
 //!
 //! A chapter's `src/` becomes a stream of tokens (comments and layout dropped); every name the
 //! stub does not have (a learner's own variables and helpers) becomes `ID`, so renaming them
-//! changes nothing, while the API's names and the stub's stay as written. Each run of
+//! changes nothing, while the stub's names and those after `.` or `::` (methods, paths: the
+//! API's) stay as written. Each run of
 //! [`GRAM`] tokens is hashed, as MOSS does, and the runs the stub itself holds are left out: what
 //! everyone received says nothing about who copied. Two chapters' similarity is the Jaccard index
 //! of their runs (shared runs over all their runs).
@@ -236,14 +237,18 @@ impl Base {
 
     /// The hashes of every run of tokens of `source`, its own names as `ID`.
     fn grams_of(&self, source: &str) -> HashSet<u64> {
-        let normal: Vec<String> = tokens(source)
-            .into_iter()
-            .map(|t| {
-                if is_name(&t) && !self.names.contains(&t) && !KEYWORDS.contains(&t.as_str()) {
-                    "ID".to_string()
-                } else {
-                    t
-                }
+        let tokens = tokens(source);
+        let normal: Vec<&str> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                // A method's or a path's name (`.memory_reserved`, `mem::drop`) is the API's.
+                let after_access = i > 0 && (tokens[i - 1] == "." || tokens[i - 1] == ":");
+                let own = is_name(t)
+                    && !after_access
+                    && !self.names.contains(t)
+                    && !KEYWORDS.contains(&t.as_str());
+                if own { "ID" } else { t.as_str() }
             })
             .collect();
         normal

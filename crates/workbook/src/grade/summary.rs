@@ -85,7 +85,7 @@ impl Summary {
                     passed: report
                         .students
                         .iter()
-                        .filter(|s| passes(s, Some(&exercise.name)))
+                        .filter(|s| passes(s, Some(exercise.name.as_str())))
                         .count(),
                 });
             }
