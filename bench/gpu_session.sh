@@ -25,11 +25,13 @@ elapsed() { echo $(($(date +%s) - t0)); }
 
 # the CUDA libraries the executables load (cublas, nvrtc), wherever the image keeps them
 libdirs=""
+# pip's CUDA wheels (nvidia/cu13/lib, nvidia/cuda_nvrtc/lib) live in Python's site-packages
+pydirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
 for pat in 'libcublas.so.1[0-9]*' 'libcublasLt.so.1[0-9]*' 'libnvrtc.so.1[0-9]*' 'libnvrtc-builtins.so.1[0-9]*'; do
   while IFS= read -r f; do
     d=$(dirname "$f")
     case ":$libdirs:" in *":$d:"*) ;; *) libdirs="$libdirs:$d" ;; esac
-  done < <(find /usr/local /opt /usr/lib /usr/lib64 \( -name "$pat" -a \( -type f -o -type l \) \) 2>/dev/null)
+  done < <(find /usr/local /opt /usr/lib /usr/lib64 $pydirs \( -name "$pat" -a \( -type f -o -type l \) \) 2>/dev/null)
 done
 export LD_LIBRARY_PATH="${libdirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GPUMEM_DEVICE=cuda RUST_BACKTRACE=1
@@ -45,7 +47,8 @@ cat "$logs/env.txt" >> "$out/summary.txt"
 # each test runs in its package's folder, as cargo runs it.
 src=$(cat .gpu/src-path 2>/dev/null || echo /tmp/gpu-src)
 mkdir -p "$src"
-git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$src" 2>/dev/null
+# (tar, not git ls-files: the copy of the tree on the GPU host may come without .git)
+tar -cf - --exclude=./.git --exclude=./.gpu --exclude=./.gpu.tar.xz --exclude=./target . | tar -xf - -C "$src"
 for s in solutions/*/; do cp -r "$s". "$src/exercises/$(basename "$s")/"; done
 package_dir() {
   case $1 in

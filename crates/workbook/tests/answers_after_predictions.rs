@@ -346,3 +346,49 @@ fn the_search_finds_grouped_numbers_and_skips_revealed_ones() {
     assert!(found_at("11536 and 15360", 1536).is_empty());
     assert_eq!(found_at("peak 968.5 KiB here", 991_744).len(), 1);
 }
+
+/// Chapter 10's walkthrough measures every fix but prints the table (exercise 4's answer) only
+/// once the learner's predictions match it: run on the stub, it says to predict first.
+#[test]
+fn chapter_10s_walkthrough_keeps_its_fixes_until_the_predictions_match() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let stub = std::fs::read_to_string(root.join("exercises/ch10-out-of-memory/src/predict.rs"))
+        .expect("chapter 10's predictions");
+    if !stub.contains("todo!(") {
+        eprintln!("skipped: exercises/ch10-out-of-memory/src/predict.rs is no longer the stub");
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "ch10-out-of-memory",
+            "--example",
+            "walkthrough",
+        ])
+        .current_dir(&root)
+        .env("GPUMEM_DEVICE", "cpu")
+        .env_remove("WORKBOOK_ANSWERS")
+        .env_remove("GPUMEM_ALLOC_CONF")
+        .output()
+        .expect("running chapter 10's walkthrough");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    let fixes = section(&printed, "== Each fix, measured ==");
+    assert!(
+        fixes.contains("Predict first: `workbook check ch10`"),
+        "the walkthrough asks the learner to predict first:\n{fixes}"
+    );
+    for setting in [
+        "max_split_size_mb:64",
+        "expandable_segments:True",
+        "peak reserved",
+    ] {
+        assert!(
+            !fixes.contains(setting),
+            "the walkthrough shows {setting:?} before the predictions match:\n{fixes}"
+        );
+    }
+}

@@ -28,29 +28,45 @@ fn mistral_7b() -> KvConfig {
     }
 }
 
-/// One row of the comparison table.
-fn row(report: &Report) -> String {
-    let w = report.waste;
-    let share = |part: u64| format!("{:.1} %", 100.0 * part as f64 / w.held() as f64);
-    format!(
-        "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | **{}** | {} |",
-        report.scheme.name(),
-        report.steps,
-        report.mean_running(),
-        report.max_running,
-        report.preemptions,
-        share(w.token_states),
-        share(w.reservation),
-        share(w.internal),
-        share(w.external),
-        share(w.token_states),
-        match report.scheme {
+/// The two comparison tables, narrow enough for a terminal (and a phone): how the schemes ran,
+/// then where the KV memory they held went. Token states are the utilisation.
+fn tables(reports: &[Report]) -> String {
+    let mut out = format!(
+        "  {:<16} {:>6}  {:>12}  {:>12}  {:>9}\n",
+        "scheme", "steps", "mean running", "most running", "preempted"
+    );
+    for r in reports {
+        out += &format!(
+            "  {:<16} {:>6}  {:>12.1}  {:>12}  {:>9}\n",
+            r.scheme.name(),
+            r.steps,
+            r.mean_running(),
+            r.max_running,
+            r.preemptions
+        );
+    }
+    out += &format!(
+        "\n  {:<16} {:>7} {:>9} {:>9} {:>9} {:>9}\n",
+        "scheme", "tokens", "reserved", "internal", "external", "unfilled"
+    );
+    for r in reports {
+        let w = r.waste;
+        let share = |part: u64| format!("{:.1} %", 100.0 * part as f64 / w.held() as f64);
+        let unfilled = match r.scheme {
             Scheme::Contiguous => "—".to_string(),
-            Scheme::Paged { block_size } => {
-                format!("{} (≤ {})", report.max_unfilled, block_size - 1)
-            }
-        }
-    )
+            Scheme::Paged { block_size } => format!("{} ≤ {}", r.max_unfilled, block_size - 1),
+        };
+        out += &format!(
+            "  {:<16} {:>7} {:>9} {:>9} {:>9} {:>9}\n",
+            r.scheme.name(),
+            share(w.token_states),
+            share(w.reservation),
+            share(w.internal),
+            share(w.external),
+            unfilled
+        );
+    }
+    out
 }
 
 /// The small run the book's block view steps through: six requests, a pool of 16 blocks of 8.
@@ -182,7 +198,7 @@ fn main() -> anyhow::Result<()> {
         |f: fn(&Request) -> usize| stream.iter().map(f).sum::<usize>() as f64 / stream.len() as f64;
     println!("\n== A ShareGPT-shaped stream, served two ways ==");
     println!(
-        "  {} requests (seed {}), a request every {:.1} steps on average; prompts {:.1} tokens and outputs {:.1} on average, the longest {} in all",
+        "  {} requests (seed {}), a request every {:.1} steps on average;\n  prompts {:.1} tokens and outputs {:.1} on average, the longest {} in all",
         stream.len(),
         shape.seed,
         stream.last().map_or(0, |r| r.arrival) as f64 / stream.len() as f64,
@@ -191,16 +207,11 @@ fn main() -> anyhow::Result<()> {
         stream.iter().map(Request::total).max().unwrap_or(0)
     );
     println!(
-        "  OPT-13B, one layer in 40: {} KiB per token, regions of {max_len} tokens = {} MiB, a KV budget of {} MiB (seven regions)",
+        "  OPT-13B, one layer in 40: {} KiB per token, regions of {max_len} tokens = {} MiB,\n  a KV budget of {} MiB (seven regions)",
         kv.bytes_per_token() / 1024,
         region / MIB,
         server.budget / MIB
     );
-    println!();
-    println!(
-        "| scheme | steps | mean running | most running | preempted | token states | reservation | internal | external | utilisation | most unfilled slots per request |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     // The pictures show the contiguous run's allocator at step 400, and the history up to it.
     let mut snapshot = Some(SnapshotRequest::from_env(&dev));
     dev.record_annotation("1. Contiguous: a region of 2048 tokens per request");
@@ -216,15 +227,21 @@ fn main() -> anyhow::Result<()> {
         return Err(e).context("writing the snapshot");
     }
     dev.record_memory_history(false);
-    println!("{}", row(&contiguous));
     let contiguous_ooms = dev.memory_stats().get("num_ooms").unwrap_or(0);
     dev.empty_cache();
+    let mut reports = vec![contiguous];
     for block_size in [8, 16, 32] {
-        let paged = serve(&dev, &server, Scheme::Paged { block_size }, &stream, |_| {})?;
-        println!("{}", row(&paged));
+        reports.push(serve(
+            &dev,
+            &server,
+            Scheme::Paged { block_size },
+            &stream,
+            |_| {},
+        )?);
     }
+    println!("\n{}", tables(&reports));
     println!(
-        "\n  (shares of the KV memory held, summed over every step; the allocator's out-of-memory errors in the contiguous run: {contiguous_ooms})"
+        "  (shares of the KV memory held, summed over every step; tokens: token states, the\n   utilisation; reserved: slots kept for output still to come; unfilled: the most slots a\n   request's last block left empty; the allocator's out-of-memory errors in the contiguous\n   run: {contiguous_ooms})"
     );
 
     println!("\n== Four samples of one prompt (parallel sampling) ==");

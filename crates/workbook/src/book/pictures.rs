@@ -225,6 +225,9 @@ pub fn snapshot_of(
         .current_dir(&repo.root)
         .env("GPUMEM_DEVICE", "cpu")
         .env(SNAPSHOT_VAR, &file)
+        // A walkthrough keeps a prediction's answer until the learner's prediction matches it;
+        // the page shows it inside a closed reveal.
+        .env("WORKBOOK_ANSWERS", "show")
         // The pictures show the allocator's default rules, on a cpu device of the same size on
         // every machine.
         .env_remove("GPUMEM_ALLOC_CONF")
