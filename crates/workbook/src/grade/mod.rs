@@ -545,6 +545,26 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         paths = regrade;
         chapters = short;
     }
+    let options = GradeOptions {
+        chapters,
+        hidden_tests: args.hidden_tests.clone(),
+        jobs: args
+            .jobs
+            .map(usize::from)
+            .unwrap_or_else(app_state::default_jobs),
+        timeout: Duration::from_secs(args.timeout),
+        memory_limit: args.memory_limit.0,
+        keep_builds: args.keep_builds,
+        sandbox: if args.no_sandbox {
+            Tier::None
+        } else {
+            args.sandbox
+        },
+        results_as_it_goes: args.gradescope.clone().filter(|_| paths.len() == 1),
+        progress: !args.quiet,
+        points,
+        ..GradeOptions::default()
+    };
     if options.sandbox == Tier::None {
         eprintln!("grade: no sandbox: {NO_SANDBOX_RISK}");
     }
