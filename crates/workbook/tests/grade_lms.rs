@@ -73,7 +73,10 @@ fn a_regrade_merges_into_the_grade_file_and_only_failed_regrades_what_lacks_full
     let grades = repo.root().join("grades.csv");
     let (output, stdout, stderr) = grade(&repo, &["--class", "class", "--csv", "grades.csv"]);
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stderr.contains("grade: CSV written to grades.csv"), "{stderr}");
+    assert!(
+        stderr.contains("grade: CSV written to grades.csv"),
+        "{stderr}"
+    );
     assert_eq!(
         read(&grades),
         "student,one,two,total\n(out of),2,1,3\nalice,2,1,3\nbob,2,0,2\ncarol,0,0,0\n"
@@ -291,7 +294,11 @@ fn a_file_that_is_not_a_grade_file_or_a_bad_policy_stops_grading_before_it_start
     ];
     for (args, needle) in cases {
         let (output, stdout, stderr) = grade(&repo, args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stdout}\n{stderr}");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {stdout}\n{stderr}"
+        );
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
     assert_eq!(read(&repo.root().join("marks.csv")), theirs);

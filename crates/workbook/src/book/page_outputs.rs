@@ -184,9 +184,7 @@ impl Runner<'_> {
         expect_success(&graded, "grade --class class/")?;
         made.push(picture(
             "instructors-grade-class.txt",
-            without_slowest(&without_seconds(&String::from_utf8_lossy(
-                &graded.stdout,
-            ))),
+            without_slowest(&without_seconds(&String::from_utf8_lossy(&graded.stdout))),
         ));
         made.push(picture(
             "instructors-grades-csv.txt",
@@ -221,7 +219,10 @@ impl Runner<'_> {
                 "canvas",
             ],
         )?;
-        expect_success(&regraded, "grade class/bob --csv grades.csv --format canvas")?;
+        expect_success(
+            &regraded,
+            "grade class/bob --csv grades.csv --format canvas",
+        )?;
         let said: String = String::from_utf8_lossy(&regraded.stderr)
             .lines()
             .filter(|l| l.starts_with("grade: grades merged") || l.starts_with("grade: warning"))

@@ -94,7 +94,11 @@ impl Roster {
             .headers()
             .with_context(|| format!("reading the roster {}", path.display()))?
             .clone();
-        let find = |name: &str| headers.iter().position(|h| h.trim().eq_ignore_ascii_case(name));
+        let find = |name: &str| {
+            headers
+                .iter()
+                .position(|h| h.trim().eq_ignore_ascii_case(name))
+        };
         let Some(folder) = find("folder") else {
             bail!(
                 "the roster {} has no `folder` column: its first line names the columns folder, \
@@ -112,8 +116,12 @@ impl Roster {
             if name.is_empty() {
                 bail!("{}: line {line} has no folder", path.display());
             }
-            let values =
-                columns.map(|c| c.and_then(|c| record.get(c)).unwrap_or("").trim().to_string());
+            let values = columns.map(|c| {
+                c.and_then(|c| record.get(c))
+                    .unwrap_or("")
+                    .trim()
+                    .to_string()
+            });
             let time = match submitted.and_then(|c| record.get(c)).map(str::trim) {
                 Some(text) if !text.is_empty() => Some(
                     policy::parse_time(text)
@@ -133,7 +141,11 @@ impl Gradebook {
     /// The grades of one run.
     pub fn from_report(report: &GradeReport) -> Gradebook {
         let mut book = Gradebook::default();
-        let order: Vec<String> = report.chapters.iter().map(|c| c.name().to_string()).collect();
+        let order: Vec<String> = report
+            .chapters
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
         book.merge(report, &order);
         book
     }
@@ -283,7 +295,11 @@ impl Gradebook {
                 chapter: spec.name().to_string(),
                 max: spec.max_score(),
             };
-            match self.chapters.iter_mut().find(|c| c.chapter == column.chapter) {
+            match self
+                .chapters
+                .iter_mut()
+                .find(|c| c.chapter == column.chapter)
+            {
                 Some(existing) => *existing = column,
                 None => self.chapters.push(column),
             }
@@ -293,7 +309,10 @@ impl Gradebook {
         let mut merged = Merged::default();
         let mut touched = vec![false; self.rows.len()];
         for student in &report.students {
-            let scores = student.chapters.iter().map(|c| (c.chapter.clone(), c.score()));
+            let scores = student
+                .chapters
+                .iter()
+                .map(|c| (c.chapter.clone(), c.score()));
             match self.rows.iter().position(|r| r.student == student.student) {
                 Some(i) => {
                     self.rows[i].scores.extend(scores);
@@ -621,7 +640,10 @@ mod tests {
     fn a_file_that_is_not_a_grade_file_is_refused() {
         let cases = [
             ("name,score\nalice,3\n", "its first column is not `student`"),
-            ("student,ch01-availability\nalice,3\n", "it has no `total` column"),
+            (
+                "student,ch01-availability\nalice,3\n",
+                "it has no `total` column",
+            ),
             (
                 "student,homework,total\nalice,3,3\n",
                 "its column `homework` is not a chapter of this workbook",
@@ -673,7 +695,10 @@ mod tests {
         assert_eq!(book.short_of_full_marks("bob", &all[..2]), &all[..2]);
         assert_eq!(book.short_of_full_marks("bob", &all[1..2]), &all[1..2]);
         // Never graded in a chapter, or not in the file at all: short of full marks.
-        assert_eq!(book.short_of_full_marks("=evil", &all[..2]), ["ch02-transfers"]);
+        assert_eq!(
+            book.short_of_full_marks("=evil", &all[..2]),
+            ["ch02-transfers"]
+        );
         assert_eq!(book.short_of_full_marks("carol", &all[..2]), &all[..2]);
         assert_eq!(book.short_of_full_marks("alice", &all), ["ch03-drop"]);
     }
@@ -710,7 +735,10 @@ mod tests {
         assert!(error.contains("alice is listed twice"), "{error}");
         std::fs::write(&path, "folder,submitted\nalice,yesterday\n").unwrap();
         let error = format!("{:#}", Roster::read(&path).unwrap_err());
-        assert!(error.contains("line 2") && error.contains("is not a time"), "{error}");
+        assert!(
+            error.contains("line 2") && error.contains("is not a time"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -145,9 +145,10 @@ pub fn parse_points(text: &str) -> Result<Points, String> {
                 "`{part}` is not CHAPTER=POINTS: write them like ch01=10,ch03=20"
             ));
         };
-        let value: u32 = value.trim().parse().map_err(|_| {
-            format!("`{part}`: {} is not a whole number of points", value.trim())
-        })?;
+        let value: u32 = value
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: {} is not a whole number of points", value.trim()))?;
         if value == 0 {
             return Err(format!("`{part}`: a chapter is worth 1 point or more"));
         }

@@ -74,8 +74,8 @@ impl Policy {
         })?;
         let mut weights = BTreeMap::new();
         for (key, weight) in file.weights {
-            let chapter = resolve(&key)
-                .with_context(|| format!("{}: [weights] {key}", path.display()))?;
+            let chapter =
+                resolve(&key).with_context(|| format!("{}: [weights] {key}", path.display()))?;
             if !weight.is_finite() || weight < 0.0 {
                 bail!(
                     "{}: [weights] {key} = {weight}: a weight is a number of 0 or more",
@@ -164,15 +164,16 @@ fn read_times(path: &Path) -> Result<BTreeMap<String, SystemTime>> {
         .headers()
         .with_context(|| format!("reading {}", path.display()))?
         .clone();
-    let column = |name: &str| {
-        headers.iter().position(|h| h.trim() == name).with_context(|| {
+    let column =
+        |name: &str| {
+            headers.iter().position(|h| h.trim() == name).with_context(|| {
             format!(
                 "{} has no `{name}` column: a submission-times file has the columns folder and \
                  submitted",
                 path.display()
             )
         })
-    };
+        };
     let (folder, submitted) = (column("folder")?, column("submitted")?);
     let mut times = BTreeMap::new();
     for (i, record) in reader.records().enumerate() {
@@ -235,7 +236,10 @@ mod tests {
     fn a_malformed_policy_is_an_error_naming_the_problem() {
         let cases = [
             ("[weights]\nch99 = 1\n", "there is no chapter \"ch99\""),
-            ("[weights]\nch01 = -1\n", "a weight is a number of 0 or more"),
+            (
+                "[weights]\nch01 = -1\n",
+                "a weight is a number of 0 or more",
+            ),
             ("[weight]\nch01 = 1\n", "unknown field `weight`"),
             ("[weights\n", "is not valid"),
             (

@@ -581,8 +581,11 @@ fn markdown_text(text: &str) -> String {
 /// report, in the order graded.
 pub fn index(report: &GradeReport) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# Feedback
-");
+    let _ = writeln!(
+        out,
+        "# Feedback
+"
+    );
     let max: u32 = report.chapters.iter().map(|c| c.max_score()).sum();
     let _ = writeln!(
         out,

@@ -168,7 +168,10 @@ pub fn tokens(source: &str) -> Vec<String> {
         } else if c == '\'' {
             // A character literal ('a', '\n') or a lifetime ('a).
             let end = if next == Some('\\') {
-                chars[i + 2..].iter().position(|c| *c == '\'').map(|p| i + 3 + p)
+                chars[i + 2..]
+                    .iter()
+                    .position(|c| *c == '\'')
+                    .map(|p| i + 3 + p)
             } else if chars.get(i + 2) == Some(&'\'') {
                 Some(i + 3)
             } else {
@@ -292,11 +295,13 @@ impl Fingerprint {
     }
 }
 
+/// A chapter's fingerprints: the reference solution's (where the repository has it), and each
+/// student's by name.
+pub type ChapterPrints = (Option<Fingerprint>, Vec<(String, Fingerprint)>);
+
 /// The pairs at or above [`THRESHOLD`]: each student's chapter against the reference solution's
 /// (when there is one) and against every other student's; most alike first.
-pub fn find(
-    chapters: &BTreeMap<String, (Option<Fingerprint>, Vec<(String, Fingerprint)>)>,
-) -> Vec<Similar> {
+pub fn find(chapters: &BTreeMap<String, ChapterPrints>) -> Vec<Similar> {
     let mut found = Vec::new();
     for (chapter, (reference, students)) in chapters {
         for (i, (student, print)) in students.iter().enumerate() {
@@ -365,7 +370,17 @@ mod tests {
     fn tokens_leave_out_comments_and_layout() {
         assert_eq!(
             tokens("let a = \"x // y\"; // note\n/* a /* nested */ one */ 'c' 'a r#\"q\"#"),
-            ["let", "a", "=", "\"x // y\"", ";", "'c'", "'", "a", "r#\"q\"#"]
+            [
+                "let",
+                "a",
+                "=",
+                "\"x // y\"",
+                ";",
+                "'c'",
+                "'",
+                "a",
+                "r#\"q\"#"
+            ]
         );
         assert_eq!(tokens("fn  f ( )\n{}"), tokens("fn f(){}"));
     }
@@ -378,7 +393,10 @@ mod tests {
         let other = base.fingerprint(OTHER).similarity(&solution);
         assert!(other < THRESHOLD, "{other}");
         // The stub itself has nothing of its own: never flagged.
-        assert_eq!(base.fingerprint(STUB).similarity(&base.fingerprint(STUB)), 0.0);
+        assert_eq!(
+            base.fingerprint(STUB).similarity(&base.fingerprint(STUB)),
+            0.0
+        );
     }
 
     #[test]

@@ -179,11 +179,8 @@ impl Summary {
         let mut lines = String::new();
         for (b, count) in self.histogram.iter().enumerate() {
             let bar = "#".repeat((count * BAR_WIDTH).div_ceil(most));
-            let _ = writeln!(
-                lines,
-                "{indent}{:>7}  {count:>3}  {bar}",
-                band_label(b)
-            );
+            let line = format!("{indent}{:>7}  {count:>3}  {bar}", band_label(b));
+            let _ = writeln!(lines, "{}", line.trim_end());
         }
         out.push_str(&block(&lines));
         let _ = writeln!(

@@ -651,7 +651,15 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
             .lines()
             .any(|l| l.starts_with("test result: ok. 1 passed;")),
     };
-    let (verdict, message) = judge(case, status, options, reported, oom.fired(), &stdout, &stderr);
+    let (verdict, message) = judge(
+        case,
+        status,
+        options,
+        reported,
+        oom.fired(),
+        &stdout,
+        &stderr,
+    );
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -756,7 +764,15 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
         _ => s,
     });
     let reported = log.is_some_and(|log| harness_log_says_ok(&log, &case.name));
-    let (verdict, message) = judge(case, status, options, reported, oom.fired(), &stdout, &stderr);
+    let (verdict, message) = judge(
+        case,
+        status,
+        options,
+        reported,
+        oom.fired(),
+        &stdout,
+        &stderr,
+    );
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -819,7 +835,15 @@ fn run_landlocked(
     };
     let log = confined.log.finish();
     let reported = log.is_some_and(|log| harness_log_says_ok(&log, &case.name));
-    let (verdict, message) = judge(case, status, options, reported, oom.fired(), &stdout, &stderr);
+    let (verdict, message) = judge(
+        case,
+        status,
+        options,
+        reported,
+        oom.fired(),
+        &stdout,
+        &stderr,
+    );
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -1485,14 +1509,30 @@ mod tests {
                       seed 272 (rerun with GPUMEM_TEST_SEED=272)\n\
                       thread 't' panicked at tests/a.rs:3:5:\nf16 gradients: relative error 1e-2\n";
         let failed = Some(ExitStatus::from_raw(101 << 8));
-        let (verdict, message) = judge(&case, failed, &RunOptions::default(), false, false, stdout, "");
+        let (verdict, message) = judge(
+            &case,
+            failed,
+            &RunOptions::default(),
+            false,
+            false,
+            stdout,
+            "",
+        );
         assert_eq!(verdict, Verdict::Failed);
         assert_eq!(
             message,
             "f16 gradients: relative error 1e-2 (seed 272: GPUMEM_TEST_SEED=272 replays it)"
         );
         let unseeded = stdout.replace("seed 272 (rerun with GPUMEM_TEST_SEED=272)\n", "");
-        let (_, message) = judge(&case, failed, &RunOptions::default(), false, false, &unseeded, "");
+        let (_, message) = judge(
+            &case,
+            failed,
+            &RunOptions::default(),
+            false,
+            false,
+            &unseeded,
+            "",
+        );
         assert_eq!(message, "f16 gradients: relative error 1e-2");
     }
 
