@@ -80,7 +80,7 @@ pub struct Assignment {
     /// test's points are scaled so that the chapter's add up to them. Default: chapter.toml's.
     #[arg(long, value_name = "CHAPTER=POINTS,...", value_parser = super::parse_points)]
     pub points: Option<super::Points>,
-    /// A grading policy (`grade --policy`) whose [points] give each chapter's points, when
+    /// A grading policy (`grade --policy`) whose `[points]` give each chapter's points, when
     /// --points does not.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,

@@ -93,7 +93,7 @@ pub struct GradeArgs {
     pub policy: Option<PathBuf>,
     /// Points of each chapter on Gradescope (its results.json), such as ch01=10,ch03=20: each
     /// test's points are scaled so that the chapter's add up to them. Default: the policy's
-    /// [points], else chapter.toml's.
+    /// `[points]`, else chapter.toml's.
     #[arg(long, value_name = "CHAPTER=POINTS,...", value_parser = parse_points)]
     pub points: Option<Points>,
     /// Regrade only the students, and the chapters, without full marks in the --csv file (and
