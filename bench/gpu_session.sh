@@ -10,7 +10,8 @@
 #                         .gpu/src-path, the CLI's tests (they need cargo) left out, and .gpu packed:
 #                         tar -cJf .gpu.tar.xz --exclude='.gpu/bin/workbook__*' .gpu
 # On the GPU host:        bash bench/gpu_session.sh             (carry .gpu.tar.xz)
-# env: STEPS (regex of the step names to run, default all), TEST_LIMIT (seconds per test executable)
+# env: STEPS (regex of the step names to run, default all), TEST_LIMIT (seconds per test executable),
+#      BENCH_FILTER (criterion's filter, e.g. cuda), BENCH_LIMIT (seconds per bench executable)
 set -u
 root=$(pwd)
 out=${OUT:-$root/gpu-out}
@@ -125,6 +126,21 @@ if [[ snapshot =~ $steps ]]; then
   pack
 fi
 
+if [[ walkthrough =~ $steps ]]; then
+  # every chapter's walkthrough on the GPU (solutions laid over the stubs): the book's appendix D
+  # has a column for what a GPU gives
+  note "--- walkthroughs [$(elapsed) s]"
+  mkdir -p "$out/walkthroughs"
+  for w in .gpu/examples/*__walkthrough; do
+    [ -x "$w" ] || continue
+    ch=$(basename "$w" __walkthrough)
+    w=$(cd "$(dirname "$w")" && pwd)/$(basename "$w")
+    (cd "$src/exercises/$ch" && timeout 60 "$w") > "$out/walkthroughs/$ch.txt" 2> "$out/walkthroughs/$ch.err"
+    note "walkthrough $ch rc=$? [$(elapsed) s]"
+  done
+  pack
+fi
+
 if [[ anchor =~ $steps ]]; then
   note "--- torch_alloc [$(elapsed) s]"
   timeout 90 python3 bench/torch_alloc.py > "$logs/torch_alloc.txt" 2>&1
@@ -138,7 +154,7 @@ if [[ bench =~ $steps ]]; then
     n=$(basename "$b")
     [[ $n =~ snapshot_replay ]] && continue   # the pickle reader: no GPU in it
     note "--- bench $n [$(elapsed) s]"
-    timeout 100 "$b" --bench --warm-up-time 0.5 --measurement-time 2 --noplot > "$logs/bench-$n.log" 2>&1
+    timeout "${BENCH_LIMIT:-100}" "$b" --bench --warm-up-time 0.5 --measurement-time 2 --noplot ${BENCH_FILTER:-} > "$logs/bench-$n.log" 2>&1
     note "bench $n rc=$?"
     grep -E -B1 'time:|thrpt:' "$logs/bench-$n.log" >> "$out/summary.txt"
     pack

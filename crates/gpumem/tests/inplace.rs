@@ -12,6 +12,16 @@ fn f64s(t: &Tensor) -> Vec<f64> {
     t.to_f32_vec().unwrap().iter().map(|&v| v as f64).collect()
 }
 
+/// torch's name for an f32 tensor on `dev`'s kind of device: `torch.FloatTensor` on the CPU,
+/// `torch.cuda.FloatTensor` on CUDA (as gpumem names it there; seen on an H100, 2026-11-27).
+fn float_tensor(dev: &gpumem::Device) -> &'static str {
+    if dev.is_cuda() {
+        "torch.cuda.FloatTensor"
+    } else {
+        "torch.FloatTensor"
+    }
+}
+
 #[test]
 fn backward_after_writing_over_a_saved_tensor_fails_with_torchs_message() {
     let dev = device();
@@ -28,13 +38,14 @@ fn backward_after_writing_over_a_saved_tensor_fails_with_torchs_message() {
     assert_eq!(x.version(), 1);
     let e = loss.backward().unwrap_err().to_string();
     assert!(
-        e.contains(
+        e.contains(&format!(
             "one of the variables needed for gradient computation has been modified by an \
-             inplace operation: [torch.FloatTensor [4, 8]] is at version 1; expected version 0 \
+             inplace operation: [{} [4, 8]] is at version 1; expected version 0 \
              instead. Hint: enable anomaly detection to find the operation that failed to \
              compute its gradient, with torch.autograd.set_detect_anomaly(True, \
-             check_nan=False)."
-        ),
+             check_nan=False).",
+            float_tensor(&dev)
+        )),
         "{e}"
     );
     assert!(w.grad().is_none(), "no gradient was accumulated");
@@ -52,7 +63,10 @@ fn relu_in_place_on_relus_own_output_is_caught() {
     let h = h.add_(&Tensor::zeros(&dev, &[3, 5]).unwrap()).unwrap();
     let e = h.sum().unwrap().backward().unwrap_err().to_string();
     assert!(
-        e.contains("[torch.FloatTensor [3, 5]], which is output 0 of Relu, is at version 1; expected version 0"),
+        e.contains(&format!(
+            "[{} [3, 5]], which is output 0 of Relu, is at version 1; expected version 0",
+            float_tensor(&dev)
+        )),
         "{e}"
     );
 }
@@ -184,7 +198,10 @@ fn an_optimizer_step_between_forward_and_backward_is_caught() {
     // so torch's message names no op.
     let e = loss.backward().unwrap_err().to_string();
     assert!(
-        e.contains("[torch.FloatTensor [2, 16]] is at version 1; expected version 0"),
+        e.contains(&format!(
+            "[{} [2, 16]] is at version 1; expected version 0",
+            float_tensor(&dev)
+        )),
         "{e}"
     );
 }

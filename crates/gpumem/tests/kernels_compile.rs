@@ -204,7 +204,10 @@ fn ptxas_assembles_the_ptx_and_reports_registers_stack_and_spills() -> Result<()
     let (major, minor) = gpumem::cuda::nvrtc_version()?;
     let names = kernel_names();
     let archs = architectures()?;
+    // cargo makes this folder; a test executable carried to another machine (a GPU host) finds
+    // none, so it is made here.
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
     let mut table: Vec<(String, Vec<Usage>)> = names.iter().map(|n| (n.clone(), vec![])).collect();
     for &arch in &archs {
         let KernelImage::Ptx(ptx) = compile_kernels(KernelTarget::Ptx(Some(split(arch))))

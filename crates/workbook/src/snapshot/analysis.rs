@@ -667,6 +667,18 @@ fn why(o: &OomRow) -> String {
          small pool serves requests of 1 MiB and less): free it there with \
          torch.cuda.empty_cache(), or allocate on one stream"
             .to_string()
+    } else if o.device_free >= o.requested {
+        // The allocator asks the driver for a new segment (or, expandable, for more pages) before
+        // it gives up; with the device this free, only a limit of its own refuses that: the cap
+        // that torch.cuda.set_per_process_memory_fraction sets (torch's message shows it as
+        // "N allowed"), which a snapshot does not record. Seen on an H100 (bench/gpu-runs).
+        format!(
+            "The device had more free than was asked, so the driver was never short: a cap on \
+             this process refused the new {} (torch.cuda.set_per_process_memory_fraction; \
+             torch's message says how much is allowed, a snapshot does not record it). Raise \
+             the cap, or hold less under it",
+            if o.expandable { "pages" } else { "segment" }
+        )
     } else if o.free_in_segments.saturating_add(o.device_free) >= o.requested {
         if o.expandable {
             "Enough was free in all, but not in one piece: the free pages are between live \

@@ -1,0 +1,122 @@
+//! `workbook inspect` on snapshots torch really wrote on a GPU (conformance/real-snapshots: an
+//! H100, torch 2.11.0+cu130, 2026-11-27, by bench/record_torch_snapshot.py), against the counters
+//! torch printed in the same process right after each dump (`torch.cuda.memory_stats()`, in
+//! torch-counters.json).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn folder() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/real-snapshots")
+}
+
+/// `workbook inspect` on a file of the folder: the JSON report's first device, and the text.
+fn inspect(file: &str) -> (Value, String) {
+    let path = folder().join(file);
+    let run = |json: bool| {
+        let mut args = vec!["inspect"];
+        if json {
+            args.push("--json");
+        }
+        let output = Command::new(env!("CARGO_BIN_EXE_workbook"))
+            .args(args)
+            .arg(&path)
+            .env_remove("GPUMEM_ALLOC_CONF")
+            .output()
+            .expect("workbook runs");
+        assert!(
+            output.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let report: Value = serde_json::from_str(&run(true)).expect("inspect --json prints JSON");
+    (report["devices"][0].clone(), run(false))
+}
+
+fn counters() -> Vec<Value> {
+    let text = std::fs::read_to_string(folder().join("torch-counters.json")).expect("counters");
+    serde_json::from_str::<Vec<Value>>(&text).expect("a JSON list")
+}
+
+#[test]
+fn inspect_ends_where_torchs_counters_ended() {
+    let all = counters();
+    assert_eq!(all.len(), 3, "three recorded files");
+    for c in &all {
+        let file = c["file"].as_str().unwrap();
+        let (d, _) = inspect(file);
+        let expandable = c["mode"] == "oom-expandable";
+        let pairs = [
+            ("allocated_at_end", "allocated_bytes.all.current"),
+            ("reserved_at_end", "reserved_bytes.all.current"),
+            ("oom_count", "num_ooms"),
+        ];
+        for (ours, torchs) in pairs {
+            assert_eq!(
+                d[ours], c[torchs],
+                "{file}: {ours} against torch's {torchs}"
+            );
+        }
+        assert_eq!(
+            d["peak_reserved"]["bytes"], c["reserved_bytes.all.peak"],
+            "{file}: the reserved peak"
+        );
+        if expandable {
+            // torch's segment counter leaves expandable segments out (it said 0 with 1.84 GiB
+            // mapped); inspect counts each stream's reserved range.
+            assert_eq!(c["segment.all.current"], 0, "{file}");
+            assert_eq!(d["segments_at_end"], 2, "{file}: one range per stream");
+        } else {
+            assert_eq!(
+                d["segments_at_end"], c["segment.all.current"],
+                "{file}: segments"
+            );
+        }
+        // inspect counts the bytes asked for (as torch's _memory_viz.py does), torch's counter
+        // the blocks' sizes rounded up to 512 B: the same at the out-of-memory peaks (every live
+        // tensor a multiple of 512 B), 508 B apart at the training peak (a 4-byte loss).
+        let ours = d["peak_allocated"]["bytes"].as_u64().unwrap();
+        let torchs = c["allocated_bytes.all.peak"].as_u64().unwrap();
+        assert!(
+            ours <= torchs && torchs - ours < 512,
+            "{file}: peak allocated {ours}, torch's {torchs}"
+        );
+    }
+}
+
+#[test]
+fn an_oom_under_a_cap_is_blamed_on_the_cap_not_on_fragmentation() {
+    for (file, what) in [
+        ("h100-torch-2.11-oom.pickle", "segment"),
+        ("h100-torch-2.11-oom-expandable.pickle", "pages"),
+    ] {
+        let (d, text) = inspect(file);
+        assert_eq!(d["oom_count"], 1, "{file}");
+        assert!(
+            text.contains(&format!(
+                "the driver was never short: a cap on this process refused the new {what}"
+            )),
+            "{file}: the device had 76.61 GiB free, torch's message said '2.00 GiB allowed':\n{text}"
+        );
+        assert!(
+            !text.contains("not in one piece"),
+            "{file}: not fragmentation:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn memory_from_before_the_recording_is_counted() {
+    // The training file's 23 segments and 259.09 MiB of live blocks all predate its trace.
+    let (d, text) = inspect("h100-torch-2.11-train.pickle");
+    assert_eq!(d["segment_allocs"], 0);
+    assert_eq!(d["segments_at_peak"], 23);
+    assert_eq!(d["unrecorded_at_peak"], 271_679_488);
+    assert!(
+        text.contains("259.09 MiB allocated before recording began"),
+        "{text}"
+    );
+}
