@@ -303,3 +303,46 @@ fn a_file_that_is_not_a_grade_file_or_a_bad_policy_stops_grading_before_it_start
     }
     assert_eq!(read(&repo.root().join("marks.csv")), theirs);
 }
+
+#[test]
+fn points_scale_each_chapter_s_tests_on_gradescope() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    let repo = course();
+    // bob: chapter one (2 tests) solved, two (1 test) not; one is worth 10 and two 5.
+    let (output, stdout, stderr) = grade(
+        &repo,
+        &["class/bob", "--points", "one=10,two=5", "--format", "json"],
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("results.json");
+    assert_eq!(json["score"], 10);
+    assert_eq!(json["max_score"], 15);
+    let tests: Vec<(String, serde_json::Value, serde_json::Value)> = json["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["score"].clone(),
+                t["max_score"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tests,
+        [
+            ("one::t1".to_string(), 5.into(), 5.into()),
+            ("one::t2".to_string(), 5.into(), 5.into()),
+            ("two::u1".to_string(), 0.into(), 5.into()),
+        ]
+    );
+    let (output, _, stderr) = grade(&repo, &["class/bob", "--points", "three=1"]);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--points three=1: there is no chapter \"three\""),
+        "{stderr}"
+    );
+}
