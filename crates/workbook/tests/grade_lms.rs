@@ -346,3 +346,37 @@ fn points_scale_each_chapter_s_tests_on_gradescope() {
         "{stderr}"
     );
 }
+
+#[test]
+fn only_failed_names_a_second_submission_of_a_name_as_the_whole_class_did() {
+    if common::skip_without_sandbox() {
+        return;
+    }
+    let repo = course();
+    // Two submissions named bob: the class's, solved, and a late one with chapter two unsolved;
+    // graded together they are `bob` and `bob 2`.
+    repo.write("class/bob/two/src/lib.rs", TWO_RIGHT);
+    repo.write("late/bob/one/src/lib.rs", ONE_RIGHT);
+    repo.write("late/bob/two/src/lib.rs", TWO_STUB);
+    let both = ["class/bob", "late/bob", "--csv", "grades.csv"];
+    let (output, stdout, stderr) = grade(&repo, &both);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let grades = repo.root().join("grades.csv");
+    assert_eq!(
+        read(&grades),
+        "student,one,two,total\n(out of),2,1,3\nbob,2,1,3\nbob 2,2,0,2\n"
+    );
+    // The late one is regraded alone, still as `bob 2`, never into the first bob's row.
+    repo.write("late/bob/two/src/lib.rs", TWO_RIGHT);
+    let (output, stdout, stderr) = grade(&repo, &[&both[..], &["--only-failed"]].concat());
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("regrading 1 of 2 submission(s) in two"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("updated 1 row(s) (bob 2)"), "{stderr}");
+    assert_eq!(
+        read(&grades),
+        "student,one,two,total\n(out of),2,1,3\nbob,2,1,3\nbob 2,2,1,3\n"
+    );
+}

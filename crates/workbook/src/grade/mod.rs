@@ -209,6 +209,9 @@ pub struct GradeOptions {
     /// Points of chapters on Gradescope, by full name (their tests' points scaled to add up to
     /// them); a chapter not listed keeps chapter.toml's.
     pub points: BTreeMap<String, u32>,
+    /// The students' names, one per submission in order; empty: each is named after its entry
+    /// (`alice`, and `alice 2` for a second `alice`).
+    pub names: Vec<String>,
     /// With one submission: keep its Gradescope results.json in this file up to date as
     /// grading goes (from the start, then after every graded chapter), so that a grader stopped
     /// at a time limit leaves the chapters it graded counted.
@@ -231,6 +234,7 @@ impl Default for GradeOptions {
             limits: Limits::default(),
             progress: true,
             points: BTreeMap::new(),
+            names: Vec::new(),
             results_as_it_goes: None,
             sandbox: Tier::Auto,
         }
@@ -526,10 +530,11 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         }
     }
     let mut chapters = args.chapters.clone();
+    let mut names = Vec::new();
     if args.only_failed {
         let wanted = repo.select_chapters(&args.chapters)?;
-        let (regrade, short) = only_failed(&existing, &paths, &wanted);
-        if regrade.is_empty() {
+        let regrade = only_failed(&existing, &paths, &wanted);
+        if regrade.paths.is_empty() {
             eprintln!(
                 "grade: --only-failed: every submission has full marks in {} in the chosen \
                  chapters: nothing to regrade",
@@ -539,12 +544,13 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         }
         eprintln!(
             "grade: --only-failed: regrading {} of {} submission(s) in {}",
-            regrade.len(),
+            regrade.paths.len(),
             paths.len(),
-            short.join(", ")
+            regrade.chapters.join(", ")
         );
-        paths = regrade;
-        chapters = short;
+        paths = regrade.paths;
+        chapters = regrade.chapters;
+        names = regrade.names;
     }
     let options = GradeOptions {
         chapters,
@@ -564,6 +570,7 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         results_as_it_goes: args.gradescope.clone().filter(|_| paths.len() == 1),
         progress: !args.quiet,
         points,
+        names,
         ..GradeOptions::default()
     };
     if options.sandbox == Tier::None {
@@ -660,29 +667,35 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
 
 /// The submissions `--only-failed` regrades (those without full marks in `book` in one of
 /// `chapters`, or not in it), and the chapters to regrade (those any of them lacks), in order.
-fn only_failed(
-    book: &Gradebook,
-    paths: &[PathBuf],
-    chapters: &[String],
-) -> (Vec<PathBuf>, Vec<String>) {
+fn only_failed(book: &Gradebook, paths: &[PathBuf], chapters: &[String]) -> OnlyFailed {
     let mut names = HashSet::new();
-    let mut regrade = Vec::new();
+    let mut regrade = OnlyFailed::default();
     let mut short = HashSet::new();
     for path in paths {
-        // Named as `grade` names them.
+        // Named as `grade` names the whole class (`alice`, `alice 2`), which a part of it alone
+        // would not be.
         let student = unique(submission::student_name(path), &mut names, " ");
         let missing = book.short_of_full_marks(&student, chapters);
         if !missing.is_empty() {
-            regrade.push(path.clone());
+            regrade.paths.push(path.clone());
+            regrade.names.push(student);
             short.extend(missing);
         }
     }
-    let short = chapters
+    regrade.chapters = chapters
         .iter()
         .filter(|c| short.contains(*c))
         .cloned()
         .collect();
-    (regrade, short)
+    regrade
+}
+
+/// What `--only-failed` regrades: submissions, the names the whole class gives them, chapters.
+#[derive(Debug, Default)]
+struct OnlyFailed {
+    paths: Vec<PathBuf>,
+    names: Vec<String>,
+    chapters: Vec<String>,
 }
 
 /// Writes `path` whole or not at all: written beside, then renamed over (a grader stopped while
@@ -783,8 +796,12 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
     let mut slugs_used = HashSet::new();
     let mut files_used = FileNames::default();
     let mut file_names = Vec::new();
-    for path in submissions {
-        let student = unique(submission::student_name(path), &mut names_used, " ");
+    for (i, path) in submissions.iter().enumerate() {
+        let name = match options.names.get(i) {
+            Some(name) => name.clone(),
+            None => submission::student_name(path),
+        };
+        let student = unique(name, &mut names_used, " ");
         let slug = unique(slug(&student), &mut slugs_used, "-");
         let file_name = files_used.add(&student);
         let private = run_dir.path().join("intake").join(&slug);
