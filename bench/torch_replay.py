@@ -79,12 +79,17 @@ def load_trace(path):
         if not isinstance(event, dict):
             raise TraceError(f'{where}: expected an object such as {{"op":"free","id":3}}')
         op = event.get("op")
-        if op not in ("alloc", "free"):
-            raise TraceError(f'{where}: unknown op {op!r} (expected "alloc" or "free")')
-        allowed = {"op", "id", "size", "stream"} if op == "alloc" else {"op", "id"}
+        if op not in ("alloc", "free", "empty_cache"):
+            raise TraceError(
+                f'{where}: unknown op {op!r} (expected "alloc", "free" or "empty_cache")'
+            )
+        allowed = {"alloc": {"op", "id", "size", "stream"}, "free": {"op", "id"}}.get(op, {"op"})
         extra = sorted(set(event) - allowed)
         if extra:
             raise TraceError(f"{where}: unknown field {extra[0]!r} in a {op} event")
+        if op == "empty_cache":
+            steps.append(())  # torch.cuda.empty_cache()
+            continue
         ident = event.get("id")
         if not _whole(ident):
             raise TraceError(f'{where}: "id" must be a whole number >= 0, found {ident!r}')
@@ -180,6 +185,8 @@ def replay_once(torch, steps, slots, device, streams, alloc, delete):
     for step in steps:
         if len(step) == 3:
             ptrs[step[0]] = alloc(step[1], streams[step[2]])
+        elif not step:
+            torch.cuda.empty_cache()
         else:
             delete(ptrs[step[0]])
             ptrs[step[0]] = 0
@@ -221,7 +228,7 @@ def python_loop_ns(steps, slots):
     for step in steps:
         if len(step) == 3:
             ptrs[step[0]] = alloc(step[1], step[2])
-        else:
+        elif step:
             delete(ptrs[step[0]])
             ptrs[step[0]] = 0
     return (time.perf_counter_ns() - start) / max(len(steps), 1)

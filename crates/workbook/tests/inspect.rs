@@ -498,8 +498,9 @@ fn replay_range_replays_only_the_window_from_an_empty_cache() {
     };
     // Entries 0..6: the four allocations up to the peak, no free.
     assert_eq!(row("0..6"), (4, 0, 18 * MIB + 512 * KIB));
-    // From entry 6: a2's and a1's frees are of blocks allocated before the window; b2 remains.
-    assert_eq!(row("6.."), (1, 0, 256 * KIB));
+    // From entry 6: a2's and a1's frees are of blocks allocated before the window; b2 remains,
+    // and the request that ran out of memory (16 MiB) is replayed as an alloc.
+    assert_eq!(row("6.."), (2, 0, 16 * MIB + 256 * KIB));
     assert_eq!(
         row("1764000000000000us..1764000000000060us"),
         (4, 0, 18 * MIB + 512 * KIB)

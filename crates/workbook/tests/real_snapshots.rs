@@ -120,3 +120,109 @@ fn memory_from_before_the_recording_is_counted() {
         "{text}"
     );
 }
+
+/// `workbook replay` with `args`, its exit status, stdout and stderr.
+fn replay(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_workbook"))
+        .arg("replay")
+        .args(args)
+        .env_remove("GPUMEM_ALLOC_CONF")
+        .output()
+        .expect("workbook runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn path(file: &str) -> String {
+    folder().join(file).display().to_string()
+}
+
+#[test]
+fn a_replay_starts_where_the_recording_did_and_peaks_where_torch_did() {
+    // The training file: 36 blocks older than its trace, allocated first; then the same peaks
+    // as torch's counters, to the byte.
+    let (ok, out, err) = replay(&[
+        "--repeat",
+        "1",
+        "--json",
+        &path("h100-torch-2.11-train.pickle"),
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).expect("JSON");
+    let torch = &counters()[0];
+    assert_eq!(torch["mode"], "train");
+    assert_eq!(
+        rows[0]["peak_allocated_bytes"],
+        torch["allocated_bytes.all.peak"]
+    );
+    assert_eq!(
+        rows[0]["peak_reserved_bytes"],
+        torch["reserved_bytes.all.peak"]
+    );
+    assert!(
+        rows[0]["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("36 blocks (323.12 MiB) held before recording began, allocated first"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_job_that_ran_out_of_memory_runs_out_at_the_same_request_under_its_cap() {
+    let oom = path("h100-torch-2.11-oom.pickle");
+    // Under no limit the request fits, and the note says why.
+    let (ok, out, err) = replay(&["--repeat", "1", &oom]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("(event 284, 192.00 MiB) fit here: this cpu replay has no capacity limit"),
+        "{out}"
+    );
+    // Under the job's 2 GiB the same request fails, with torch's own numbers: 1.82 GiB allocated
+    // and 18.88 MiB reserved but unallocated (torch-counters.json's message).
+    let (ok, _, err) = replay(&["--repeat", "1", "--capacity", "2GiB", &oom]);
+    assert!(!ok, "out of memory is an error of a plain replay");
+    assert!(err.contains("the recording ran out of memory too"), "{err}");
+    assert!(
+        err.contains("event 284: Out of memory")
+            && err.contains("1.82 GiB is allocated by gpumem, and 18.88 MiB is reserved"),
+        "{err}"
+    );
+    let torch = &counters()[1];
+    assert!(
+        torch["oom"]
+            .as_str()
+            .unwrap()
+            .contains("1.82 GiB is allocated by PyTorch, and 18.88 MiB is reserved")
+    );
+    // The what-if table marks it, and no setting saves a job over its cap.
+    let (ok, out, err) = replay(&[
+        "--capacity",
+        "2GiB",
+        "--alloc-conf",
+        "",
+        "--alloc-conf",
+        "expandable_segments:True",
+        &oom,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out.matches("at 284, as recorded").count(), 2, "{out}");
+    assert!(
+        out.contains("the recording ran with allocator settings none (torch's defaults)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_replay_uses_the_settings_the_file_recorded() {
+    let file = path("h100-torch-2.11-oom-expandable.pickle");
+    let (ok, out, err) = replay(&["--repeat", "1", &file]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("allocator settings: expandable_segments:True (the file's)"),
+        "{out}"
+    );
+}

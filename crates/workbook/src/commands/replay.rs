@@ -74,6 +74,116 @@ pub struct TraceResult {
     pub ns_per_event: f64,
     /// How many replays were timed.
     pub repeats: u32,
+    /// The allocator settings it replayed under, and where they came from.
+    pub settings: Settings,
+    /// What the trace recorded beyond its allocs and frees, said after the table.
+    pub notes: Vec<String>,
+}
+
+/// The allocator settings a trace replays under, and where they came from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The settings.
+    pub config: AllocatorConfig,
+    /// `GPUMEM_ALLOC_CONF`, `the file's` (a snapshot's `allocator_settings`), or `torch's defaults`.
+    pub source: &'static str,
+}
+
+/// The settings `trace` replays under: `GPUMEM_ALLOC_CONF` when it is set, else those the
+/// snapshot recorded (its `allocator_settings`), else torch's defaults.
+pub fn settings_for(trace: &AllocTrace) -> Result<Settings> {
+    if std::env::var_os("GPUMEM_ALLOC_CONF").is_some() {
+        let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
+        return Ok(Settings {
+            config,
+            source: "GPUMEM_ALLOC_CONF",
+        });
+    }
+    match &trace.recorded_settings {
+        Some(text) if !text.trim().is_empty() => Ok(Settings {
+            config: AllocatorConfig::parse(text)
+                .with_context(|| format!("the snapshot's allocator_settings {text:?}"))?,
+            source: "the file's",
+        }),
+        _ => Ok(Settings {
+            config: AllocatorConfig::default(),
+            source: "torch's defaults",
+        }),
+    }
+}
+
+/// What a trace made from a snapshot carries beyond its allocs and frees, in words: the blocks
+/// held before recording began, `empty_cache()` calls ([`recorded_state_notes`]), and the request
+/// that failed, with whether it failed again (`oom_at`: the event at which this replay ran out of
+/// memory).
+pub fn recording_notes(trace: &AllocTrace, target: Target, oom_at: Option<usize>) -> Vec<String> {
+    let mut notes = recorded_state_notes(trace);
+    notes.extend(failed_request_notes(trace, target, oom_at));
+    notes
+}
+
+/// The blocks held before recording began and the `empty_cache()` calls a trace replays.
+pub fn recorded_state_notes(trace: &AllocTrace) -> Vec<String> {
+    let mut notes = Vec::new();
+    if trace.recorded_before > 0 {
+        let bytes: u64 = trace.events[..trace.recorded_before]
+            .iter()
+            .map(|e| match e {
+                gpumem::trace::TraceEvent::Alloc { size, .. } => *size,
+                _ => 0,
+            })
+            .sum();
+        notes.push(format!(
+            "{} block{} ({}) held before recording began, allocated first, each in the order of \
+             its address (where they lay then is not in the file: their segments are new ones)",
+            trace.recorded_before,
+            if trace.recorded_before == 1 { "" } else { "s" },
+            format_bytes(bytes)
+        ));
+    }
+    let empties = trace
+        .events
+        .iter()
+        .filter(|e| matches!(e, gpumem::trace::TraceEvent::EmptyCache))
+        .count();
+    if empties > 0 {
+        notes.push(format!(
+            "{empties} empty_cache() call{} replayed (segments the recording freed with no \
+             request waiting on them)",
+            if empties == 1 { "" } else { "s" }
+        ));
+    }
+    notes
+}
+
+/// Whether each request that ran out of memory in the recording did so in this replay.
+pub fn failed_request_notes(
+    trace: &AllocTrace,
+    target: Target,
+    oom_at: Option<usize>,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    for &index in &trace.failed_in_recording {
+        let size = match trace.events.get(index) {
+            Some(gpumem::trace::TraceEvent::Alloc { size, .. }) => *size,
+            _ => continue,
+        };
+        let outcome = match oom_at {
+            Some(at) if at == index => "ran out of memory here too".to_string(),
+            Some(at) if at < index => format!("was not reached (out of memory at event {at})"),
+            _ if target.kind == DeviceKind::Cpu && target.capacity == usize::MAX => {
+                "fit here: this cpu replay has no capacity limit (give --capacity, the GPU's \
+                 memory or the cap the job ran under, or --device cuda)"
+                    .to_string()
+            }
+            _ => "fit here".to_string(),
+        };
+        notes.push(format!(
+            "the request that ran out of memory in the recording (event {index}, {}) {outcome}",
+            format_bytes(size)
+        ));
+    }
+    notes
 }
 
 /// Which memory backs the replay.
@@ -237,6 +347,8 @@ pub struct WhatIf {
     pub oom_at_event: Option<usize>,
     /// Reservations retried after releasing the cache (`num_alloc_retries`).
     pub num_alloc_retries: u64,
+    /// Whether the replay ran out of memory at the request that did so in the recording.
+    pub oom_as_recorded: bool,
 }
 
 /// What a what-if replay runs on and under: the device, the setting as given and parsed, and the
@@ -286,18 +398,22 @@ pub fn what_if<B: RawMemory>(
         },
         oom_at_event,
         num_alloc_retries: s.num_alloc_retries,
+        oom_as_recorded: oom_at_event.is_some_and(|i| trace.failed_in_recording.contains(&i)),
     })
+}
+
+/// A setting as the what-if table names it.
+fn label_of(alloc_conf: &str) -> String {
+    if alloc_conf.is_empty() {
+        "(torch's defaults)".to_string()
+    } else {
+        alloc_conf.to_string()
+    }
 }
 
 /// The what-if rows as a table: per trace, one row per setting.
 pub fn what_if_table(rows: &[WhatIf]) -> String {
-    let label = |r: &WhatIf| {
-        if r.alloc_conf.is_empty() {
-            "(torch's defaults)".to_string()
-        } else {
-            r.alloc_conf.clone()
-        }
-    };
+    let label = |r: &WhatIf| label_of(&r.alloc_conf);
     let width = rows
         .iter()
         .map(|r| label(r).len())
@@ -325,10 +441,11 @@ pub fn what_if_table(rows: &[WhatIf]) -> String {
         }
         let oom = match r.oom_at_event {
             None => "no".to_string(),
+            Some(i) if r.oom_as_recorded => format!("at {i}, as recorded"),
             Some(i) => format!("at event {i}"),
         };
         out.push_str(&format!(
-            "{:<width$}  {:>14}  {:>14}  {:>18.3}  {:>16}  {:>7}\n",
+            "{:<width$}  {:>14}  {:>14}  {:>18.3}  {:>19}  {:>7}\n",
             label(r),
             format_bytes(r.peak_allocated_bytes),
             format_bytes(r.peak_reserved_bytes),
@@ -389,6 +506,27 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
             .unwrap_or_default();
         println!("what-if replay on {}{fraction}\n", device_line(target));
         print!("{}", what_if_table(&rows));
+        for (_, name, trace) in &all {
+            if let Some(text) = &trace.recorded_settings {
+                let text = if text.trim().is_empty() {
+                    "none (torch's defaults)"
+                } else {
+                    text.as_str()
+                };
+                println!("note ({name}): the recording ran with allocator settings {text}");
+            }
+            for note in recorded_state_notes(trace) {
+                println!("note ({name}): {note}");
+            }
+            for r in rows
+                .iter()
+                .filter(|r| &r.trace == name && r.oom_at_event.is_none())
+            {
+                for note in failed_request_notes(trace, target, None) {
+                    println!("note ({name}, {}): {note}", label_of(&r.alloc_conf));
+                }
+            }
+        }
         for (text, config) in &settings {
             for note in config.notes() {
                 println!("note ({text}): {note}");
@@ -424,23 +562,37 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
     if !args.alloc_conf.is_empty() {
         return run_what_if(args, target);
     }
-    let config = AllocatorConfig::from_env().context("GPUMEM_ALLOC_CONF")?;
     let mut all = Vec::new();
     let range = args.range.as_deref().map(Range::parse).transpose()?;
     for path in &args.traces {
         for (name, trace) in read_traces_in(path, range)? {
-            all.push((path, name, trace));
+            let settings = settings_for(&trace).with_context(|| format!("{}", path.display()))?;
+            all.push((path, name, trace, settings));
         }
     }
     // First, so that a replay that runs out of memory still leaves its snapshot.
     if let Some(out) = &args.snapshot_out {
-        let traces: Vec<_> = all.iter().map(|(_, _, t)| t).collect();
+        let traces: Vec<_> = all.iter().map(|(_, _, t, _)| t).collect();
+        let config = all
+            .first()
+            .map(|(_, _, _, s)| s.config.clone())
+            .unwrap_or_default();
         write_snapshot_out(out, &traces, target, &config, None)?;
     }
     let mut results = Vec::new();
-    for (path, name, trace) in &all {
-        let (stats, ns_per_event) = replay_trace(trace, target, &config, args.repeat)
-            .with_context(|| format!("replaying {}", path.display()))?;
+    for (path, name, trace, settings) in all {
+        let (stats, ns_per_event) = replay_trace(&trace, target, &settings.config, args.repeat)
+            .with_context(|| {
+                let failed = if trace.failed_in_recording.is_empty() {
+                    String::new()
+                } else {
+                    " (the recording ran out of memory too: its oom entry is replayed as the \
+                     request that failed; `--alloc-conf SETTING` compares settings and keeps \
+                     going)"
+                        .to_string()
+                };
+                format!("replaying {}{failed}", path.display())
+            })?;
         results.push(TraceResult {
             name: name.clone(),
             path: path.display().to_string(),
@@ -448,13 +600,16 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
             stats,
             ns_per_event,
             repeats: args.repeat,
+            notes: recording_notes(&trace, target, None),
+            settings,
         });
     }
     if args.json {
         println!("{}", to_json(&results, target));
     } else {
-        print!("{}", header(target, &config, args.repeat));
+        print!("{}", header(target, &results, args.repeat));
         print!("{}", table(&results));
+        print!("{}", notes_text(&results));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -487,12 +642,53 @@ fn device_line(target: Target) -> String {
     }
 }
 
-fn header(target: Target, config: &AllocatorConfig, repeats: u32) -> String {
-    let conf = config.describe();
+fn header(target: Target, results: &[TraceResult], repeats: u32) -> String {
+    let described = |r: &TraceResult| {
+        format!(
+            "{} ({})",
+            r.settings.config.describe(),
+            if r.settings.source == "torch's defaults" {
+                "none set"
+            } else {
+                r.settings.source
+            }
+        )
+    };
+    let conf = match results.first() {
+        Some(first) if results.iter().all(|r| described(r) == described(first)) => described(first),
+        _ => "per trace, in the notes below".to_string(),
+    };
     format!(
         "replay on {}\nallocator settings: {conf}; time per event: the median of {repeats} replay(s)\n\n",
         device_line(target)
     )
+}
+
+/// The notes under the table: each trace's settings when they differ, and what its recording
+/// held beyond allocs and frees.
+fn notes_text(results: &[TraceResult]) -> String {
+    let mixed = results
+        .windows(2)
+        .any(|w| w[0].settings.config.describe() != w[1].settings.config.describe());
+    let mut out = String::new();
+    for r in results {
+        if mixed {
+            out.push_str(&format!(
+                "  {}: allocator settings {} ({})\n",
+                r.name,
+                r.settings.config.describe(),
+                r.settings.source
+            ));
+        }
+        for note in &r.notes {
+            out.push_str(&format!("  {}: {note}\n", r.name));
+        }
+    }
+    if out.is_empty() {
+        out
+    } else {
+        format!("\nnotes\n{out}")
+    }
 }
 
 /// The results as a table, one row per trace.
@@ -555,6 +751,9 @@ pub fn to_json(results: &[TraceResult], target: Target) -> String {
                 "num_alloc_retries": s.num_alloc_retries,
                 "ns_per_event": r.ns_per_event,
                 "repeats": r.repeats,
+                "allocator_settings": r.settings.config.describe(),
+                "allocator_settings_from": r.settings.source,
+                "notes": r.notes,
             })
         })
         .collect();

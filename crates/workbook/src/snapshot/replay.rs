@@ -54,6 +54,7 @@ pub fn read_traces_in(path: &Path, range: Option<Range>) -> Result<Vec<(String, 
                 }
                 TraceEvent::Free { id } if ids.contains(&id) => kept.events.push(*event),
                 TraceEvent::Free { .. } => {}
+                TraceEvent::EmptyCache => kept.events.push(*event),
             }
         }
         return Ok(vec![(name, kept)]);
@@ -68,7 +69,7 @@ pub fn read_traces_in(path: &Path, range: Option<Range>) -> Result<Vec<(String, 
                     while converters.len() <= device {
                         converters.push((
                             0,
-                            EntryConverter::new(format!(
+                            EntryConverter::window(format!(
                                 "device_traces[{}] of {}, the entries in {}",
                                 converters.len(),
                                 path.display(),

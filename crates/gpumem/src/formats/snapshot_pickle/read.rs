@@ -893,17 +893,37 @@ pub fn read_alloc_traces(path: &Path) -> Result<Vec<(usize, AllocTrace)>, Snapsh
         while converters.len() <= device {
             let n = converters.len();
             converters.push(EntryConverter::new(format!(
-                "device_traces[{n}] of {}: allocs and free_requested entries; frees of blocks \
-                 allocated before recording began left out",
+                "device_traces[{n}] of {}: allocs, free_requested entries, the blocks held \
+                 before recording began (allocated first), out-of-memory requests and \
+                 empty_cache() calls",
                 path.display()
             )));
         }
         converters[device].push_with_stack(&entry, stack);
     })?;
+    // The blocks the final segments hold allocated: those the trace never allocated were
+    // there before recording began, and a replay allocates them first.
+    let live_at_end = |device: usize| -> Vec<(u64, u64, u64)> {
+        contents
+            .segments
+            .iter()
+            .filter(|(d, _)| *d == device)
+            .flat_map(|(_, seg)| {
+                seg.blocks
+                    .iter()
+                    .filter(|b| b.state != BlockState::Inactive)
+                    .map(move |b| (b.address, b.size, seg.stream))
+            })
+            .collect()
+    };
     let traces: Vec<(usize, AllocTrace)> = converters
         .into_iter()
-        .map(|c| c.finish_with(&stacks))
         .enumerate()
+        .map(|(device, c)| {
+            let mut trace = c.finish_from(&stacks, &live_at_end(device));
+            trace.recorded_settings = Some(contents.alloc_conf.clone().unwrap_or_default());
+            (device, trace)
+        })
         .filter(|(_, t)| !t.events.is_empty())
         .collect();
     if traces.is_empty() {

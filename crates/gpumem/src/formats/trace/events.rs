@@ -29,6 +29,8 @@ pub enum TraceEvent {
         /// The block, named by its `alloc` event.
         id: u64,
     },
+    /// `empty_cache()`: give every cached segment that holds no live block back to the device.
+    EmptyCache,
 }
 
 /// A trace: what it records, and its events in order.
@@ -42,6 +44,16 @@ pub struct AllocTrace {
     pub stacks: Stacks,
     /// Each `alloc` event's stack in `stacks`, in order (empty: no frames known).
     pub alloc_stacks: Vec<u32>,
+    /// How many of the first events allocate blocks that a snapshot's program held before its
+    /// recording began (0 for a trace file): they are replayed first, in address order, so that
+    /// the replay starts where the recording did.
+    pub recorded_before: usize,
+    /// The `alloc` events that failed in the recording (a snapshot's `oom` entries: the request
+    /// that ran out of memory), by index in `events`.
+    pub failed_in_recording: Vec<usize>,
+    /// The allocator settings the recording ran with (a snapshot's `allocator_settings`, in
+    /// `PYTORCH_CUDA_ALLOC_CONF` syntax); `None` for a trace file.
+    pub recorded_settings: Option<String>,
 }
 
 /// Why a trace cannot be read or replayed.
@@ -73,8 +85,8 @@ pub enum TraceError {
         /// What is wrong with it.
         reason: String,
     },
-    /// An event whose `op` is neither `alloc` nor `free`.
-    #[error("event {index}: unknown op {op:?} (expected \"alloc\" or \"free\")")]
+    /// An event whose `op` is not `alloc`, `free` or `empty_cache`.
+    #[error("event {index}: unknown op {op:?} (expected \"alloc\", \"free\" or \"empty_cache\")")]
     UnknownOp {
         /// The event's position in `events`.
         index: usize,
@@ -229,12 +241,30 @@ impl AllocTrace {
 
 /// [`AllocTrace::from_entries`] one entry at a time, so that a snapshot's trace can be turned
 /// into a replayable one as it is read (the entries are never all held).
+///
+/// What the history shows besides allocs and frees is kept where a replay can act on it:
+/// - a block freed in the trace but allocated before recording began is allocated at the start
+///   of the trace ([`AllocTrace::recorded_before`]), and so is a block the final segments hold
+///   that the trace never mentions ([`EntryConverter::finish_from`]);
+/// - an `oom` entry becomes an alloc of the size that failed ([`AllocTrace::failed_in_recording`]);
+/// - segments freed (or unmapped) with no alloc waiting on them are an `empty_cache()`: the
+///   allocator frees segments of its own only to serve a request (release and retry), and then a
+///   new segment or the `oom` entry follows. An `empty_cache()` followed at once by an alloc that
+///   needs a new segment looks the same, and is not seen; under `garbage_collection_threshold`
+///   the allocator's own collection before an alloc is taken for one.
 #[derive(Debug)]
 pub struct EntryConverter {
     trace: AllocTrace,
     live: HashMap<u64, u64>,
     streams: HashMap<u64, u64>,
     next_id: u64,
+    /// Blocks freed in the trace that it never allocated: (address, id, size, stream).
+    before: Vec<(u64, u64, u64, u64)>,
+    /// Segments were released, and no reservation, alloc or oom has followed yet.
+    released: bool,
+    /// Whether blocks older than the entries are allocated first (else their frees are left out:
+    /// a replay of a window starts from an empty cache).
+    keep_older: bool,
 }
 
 impl EntryConverter {
@@ -245,12 +275,26 @@ impl EntryConverter {
             live: HashMap::new(),
             streams: HashMap::from([(0, 0)]),
             next_id: 0,
+            before: Vec::new(),
+            released: false,
+            keep_older: true,
+        }
+    }
+
+    /// [`EntryConverter::new`] for a window of a history, replayed from an empty cache: frees of
+    /// blocks allocated before the window are left out.
+    pub fn window(description: impl Into<String>) -> EntryConverter {
+        EntryConverter {
+            keep_older: false,
+            ..EntryConverter::new(description)
         }
     }
 
     /// Adds one history entry, its frames kept with an alloc.
     pub fn push(&mut self, entry: &TraceEntry) {
-        let stack = if entry.action == TraceAction::Alloc && !entry.frames.is_empty() {
+        let stack = if matches!(entry.action, TraceAction::Alloc | TraceAction::Oom)
+            && !entry.frames.is_empty()
+        {
             self.trace.stacks.intern(&entry.frames)
         } else {
             0
@@ -258,9 +302,42 @@ impl EntryConverter {
         self.push_with_stack(entry, stack);
     }
 
+    fn stream(&mut self, stream: u64) -> u64 {
+        let next = self.streams.len() as u64;
+        *self.streams.entry(stream).or_insert(next)
+    }
+
+    fn alloc(&mut self, size: u64, stream: u64, stack: u32) -> u64 {
+        let stream = self.stream(stream);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.trace
+            .events
+            .push(TraceEvent::Alloc { id, size, stream });
+        self.trace.alloc_stacks.push(stack);
+        id
+    }
+
+    /// Segments released with no request waiting on them were an `empty_cache()`.
+    fn settle_release(&mut self) {
+        if std::mem::take(&mut self.released) {
+            self.trace.events.push(TraceEvent::EmptyCache);
+        }
+    }
+
     /// Adds one history entry; an alloc's frames are `stack`, an id in the table that the trace
     /// holds (or is given, [`EntryConverter::finish_with`]).
     pub fn push_with_stack(&mut self, entry: &TraceEntry, stack: u32) {
+        match entry.action {
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => self.released = true,
+            // A reservation after a release, or an oom entry: the allocator released segments
+            // to serve a request (release and retry), as a replay's allocator will.
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap | TraceAction::Oom => {
+                self.released = false
+            }
+            // Anything else after a release: no request was waiting on it.
+            _ => self.settle_release(),
+        }
         match entry.action {
             TraceAction::Alloc => {
                 // A complete history frees an address before handing it out again; if not,
@@ -268,19 +345,23 @@ impl EntryConverter {
                 if let Some(old) = self.live.remove(&entry.addr) {
                     self.trace.events.push(TraceEvent::Free { id: old });
                 }
-                let next_stream = self.streams.len() as u64;
-                let stream = *self.streams.entry(entry.stream).or_insert(next_stream);
-                self.trace.events.push(TraceEvent::Alloc {
-                    id: self.next_id,
-                    size: entry.size,
-                    stream,
-                });
-                self.trace.alloc_stacks.push(stack);
-                self.live.insert(entry.addr, self.next_id);
-                self.next_id += 1;
+                let id = self.alloc(entry.size, entry.stream, stack);
+                self.live.insert(entry.addr, id);
+            }
+            TraceAction::Oom => {
+                // The request that failed: its size, on its stream (never freed: it never was).
+                self.trace.failed_in_recording.push(self.trace.events.len());
+                self.alloc(entry.size, entry.stream, stack);
             }
             TraceAction::FreeRequested => {
                 if let Some(id) = self.live.remove(&entry.addr) {
+                    self.trace.events.push(TraceEvent::Free { id });
+                } else if self.keep_older {
+                    // Allocated before recording began: allocated at the start, freed here.
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let stream = self.stream(entry.stream);
+                    self.before.push((entry.addr, id, entry.size, stream));
                     self.trace.events.push(TraceEvent::Free { id });
                 }
             }
@@ -290,7 +371,6 @@ impl EntryConverter {
             | TraceAction::SegmentFree
             | TraceAction::SegmentMap
             | TraceAction::SegmentUnmap
-            | TraceAction::Oom
             | TraceAction::Annotation => {}
         }
     }
@@ -301,8 +381,42 @@ impl EntryConverter {
         self.finish()
     }
 
+    /// [`EntryConverter::finish_with`], given the blocks the snapshot's final segments hold
+    /// allocated, as (address, size, stream): those the trace never allocated were allocated
+    /// before recording began, and are allocated at its start too.
+    pub fn finish_from(mut self, stacks: &Stacks, live_at_end: &[(u64, u64, u64)]) -> AllocTrace {
+        let in_trace: std::collections::HashSet<u64> = self.live.keys().copied().collect();
+        for &(addr, size, stream) in live_at_end {
+            if !in_trace.contains(&addr) {
+                let id = self.next_id;
+                self.next_id += 1;
+                let stream = self.stream(stream);
+                self.before.push((addr, id, size, stream));
+            }
+        }
+        self.finish_with(stacks)
+    }
+
     /// The trace so far (no stacks kept when no alloc had frames).
     pub fn finish(mut self) -> AllocTrace {
+        self.settle_release();
+        if !self.before.is_empty() {
+            self.before.sort_unstable();
+            let prelude: Vec<TraceEvent> = self
+                .before
+                .iter()
+                .map(|&(_, id, size, stream)| TraceEvent::Alloc { id, size, stream })
+                .collect();
+            let n = prelude.len();
+            self.trace.recorded_before = n;
+            for index in &mut self.trace.failed_in_recording {
+                *index += n;
+            }
+            self.trace.events.splice(0..0, prelude);
+            self.trace
+                .alloc_stacks
+                .splice(0..0, std::iter::repeat_n(0, n));
+        }
         if self.trace.stacks.is_empty() {
             self.trace.alloc_stacks.clear();
         }
@@ -367,6 +481,7 @@ pub(super) enum Step {
     Free {
         slot: usize,
     },
+    EmptyCache,
 }
 
 /// Checks the events and turns ids into slots.
@@ -411,6 +526,7 @@ pub(super) fn compile(events: &[TraceEvent]) -> Result<(Vec<Step>, TraceSummary)
                 summary.frees += 1;
                 steps.push(Step::Free { slot: *slot });
             }
+            TraceEvent::EmptyCache => steps.push(Step::EmptyCache),
         }
     }
     summary.live_at_end = summary.allocs - summary.frees;

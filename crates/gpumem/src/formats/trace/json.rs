@@ -117,11 +117,16 @@ fn parse_event(index: usize, value: &Value) -> Result<TraceEvent, TraceError> {
                 short(other)
             )));
         }
-        None => return Err(bad("no \"op\" (\"alloc\" or \"free\")".into())),
+        None => {
+            return Err(bad(
+                "no \"op\" (\"alloc\", \"free\" or \"empty_cache\")".into()
+            ));
+        }
     };
     let allowed: &[&str] = match op {
         "alloc" => &["op", "id", "size", "stream"],
         "free" => &["op", "id"],
+        "empty_cache" => &["op"],
         _ => {
             return Err(TraceError::UnknownOp {
                 index,
@@ -148,6 +153,9 @@ fn parse_event(index: usize, value: &Value) -> Result<TraceEvent, TraceError> {
             (None, None) => Err(bad(format!("{article} {op} event needs \"{name}\""))),
         }
     };
+    if op == "empty_cache" {
+        return Ok(TraceEvent::EmptyCache);
+    }
     let id = number("id", None)?;
     Ok(if op == "alloc" {
         TraceEvent::Alloc {

@@ -83,7 +83,7 @@ mod tests {
         );
         assert_eq!(
             e.to_string(),
-            "event 1: unknown op \"realloc\" (expected \"alloc\" or \"free\")"
+            "event 1: unknown op \"realloc\" (expected \"alloc\", \"free\" or \"empty_cache\")"
         );
     }
 
@@ -202,9 +202,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_snapshot_trace_exports_by_id_and_skips_frees_of_older_blocks() {
-        let entry = |action, addr, size, stream| TraceEntry {
+    fn entry(action: TraceAction, addr: u64, size: u64, stream: u64) -> TraceEntry {
+        TraceEntry {
             action,
             addr,
             size,
@@ -214,7 +213,11 @@ mod tests {
             time_us: 0,
             frames: Vec::new(),
             label: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_snapshot_trace_exports_by_id_and_allocates_older_blocks_first() {
         let entries = [
             entry(TraceAction::FreeRequested, 0x900, 512, 0), // allocated before recording began
             entry(TraceAction::SegmentAlloc, 0x1000, 2 << 20, 0),
@@ -226,29 +229,142 @@ mod tests {
         ];
         let trace = AllocTrace::from_entries(&entries, "test");
         use TraceEvent::{Alloc, Free};
+        let alloc = |id, size, stream| Alloc { id, size, stream };
+        assert_eq!(
+            trace.events,
+            vec![
+                alloc(0, 512, 0), // the block freed first, allocated before the trace's own
+                Free { id: 0 },
+                alloc(1, 512, 0),
+                alloc(2, 1024, 1),
+                Free { id: 1 },
+                alloc(3, 512, 0),
+                Free { id: 2 },
+            ]
+        );
+        assert_eq!(trace.recorded_before, 1);
+        trace.validate().expect("an exported trace is valid");
+    }
+
+    #[test]
+    fn blocks_the_final_segments_hold_that_the_trace_never_allocated_come_first() {
+        let mut c = EntryConverter::new("test");
+        c.push(&entry(TraceAction::Alloc, 0x5000, 4096, 0));
+        c.push(&entry(TraceAction::FreeRequested, 0x3000, 1024, 0));
+        // At the end: the block the trace allocated, and two it never mentions.
+        let live = [(0x5000, 4096, 0), (0x2000, 2048, 0), (0x1000, 512, 0)];
+        let trace = c.finish_from(&Stacks::default(), &live);
+        use TraceEvent::{Alloc, Free};
         assert_eq!(
             trace.events,
             vec![
                 Alloc {
-                    id: 0,
+                    id: 3,
                     size: 512,
+                    stream: 0
+                },
+                Alloc {
+                    id: 2,
+                    size: 2048,
                     stream: 0
                 },
                 Alloc {
                     id: 1,
                     size: 1024,
-                    stream: 1
+                    stream: 0
                 },
-                Free { id: 0 },
                 Alloc {
-                    id: 2,
-                    size: 512,
+                    id: 0,
+                    size: 4096,
                     stream: 0
                 },
                 Free { id: 1 },
-            ]
+            ],
+            "in address order, then the trace"
         );
-        trace.validate().expect("an exported trace is valid");
+        assert_eq!(trace.recorded_before, 3);
+        trace.validate().expect("valid");
+    }
+
+    #[test]
+    fn an_oom_entry_is_the_request_that_failed() {
+        let entries = [
+            entry(TraceAction::Alloc, 0x1000, 1 << 20, 0),
+            // the allocator's release and retry, then the failure
+            entry(TraceAction::SegmentFree, 0x8000, 20 << 20, 0),
+            entry(TraceAction::Oom, 0, 192 << 20, 0),
+            entry(TraceAction::FreeRequested, 0x1000, 1 << 20, 0),
+        ];
+        let trace = AllocTrace::from_entries(&entries, "test");
+        assert_eq!(trace.failed_in_recording, vec![1]);
+        assert_eq!(
+            trace.events[1],
+            TraceEvent::Alloc {
+                id: 1,
+                size: 192 << 20,
+                stream: 0
+            }
+        );
+        assert!(
+            !trace.events.contains(&TraceEvent::EmptyCache),
+            "a release before an oom entry is the allocator's retry"
+        );
+    }
+
+    #[test]
+    fn segments_freed_with_no_request_waiting_are_an_empty_cache() {
+        let free = |addr| entry(TraceAction::FreeRequested, addr, 512, 0);
+        let alloc = |addr| entry(TraceAction::Alloc, addr, 512, 0);
+        let seg_free = entry(TraceAction::SegmentFree, 0x9000, 2 << 20, 0);
+        let seg_alloc = entry(TraceAction::SegmentAlloc, 0xa000, 2 << 20, 0);
+        let count = |entries: &[TraceEntry]| {
+            AllocTrace::from_entries(entries, "t")
+                .events
+                .iter()
+                .filter(|e| **e == TraceEvent::EmptyCache)
+                .count()
+        };
+        // empty_cache() between two frees; at the end; before an alloc served from the cache
+        assert_eq!(count(&[alloc(1), seg_free.clone(), free(1)]), 1);
+        assert_eq!(
+            count(&[alloc(1), free(1), seg_free.clone(), seg_free.clone()]),
+            1
+        );
+        assert_eq!(count(&[alloc(1), seg_free.clone(), alloc(2)]), 1);
+        // release and retry: a new segment follows the release, then the alloc
+        assert_eq!(
+            count(&[alloc(1), seg_free.clone(), seg_alloc.clone(), alloc(2)]),
+            0
+        );
+        let trace = AllocTrace::from_entries(&[alloc(1), free(1), seg_free.clone(), alloc(2)], "t");
+        assert_eq!(
+            trace.events[2],
+            TraceEvent::EmptyCache,
+            "in its place: {:?}",
+            trace.events
+        );
+        let json = trace.to_json();
+        assert!(json.contains(r#"{"op":"empty_cache"}"#), "{json}");
+        assert_eq!(
+            AllocTrace::from_json(&json).expect("reads back").events,
+            trace.events
+        );
+    }
+
+    #[test]
+    fn an_empty_cache_event_releases_the_cache_in_a_replay() {
+        let mut b = TraceBuilder::new();
+        let a = b.alloc(3 << 20, 0);
+        b.free(a);
+        let mut trace = b.finish("empty");
+        trace.events.push(TraceEvent::EmptyCache);
+        let allocator =
+            CachingAllocator::new(CpuBackend::new(1 << 30), "cpu", AllocatorConfig::default());
+        let stats = replay(&allocator, &trace).expect("replay");
+        assert_eq!(
+            stats.num_device_free, 1,
+            "the cached 20 MiB segment went back"
+        );
     }
 
     #[test]

@@ -120,6 +120,7 @@ fn replay_inner<B: RawMemory>(
                     allocator.free(block, Vec::new());
                 }
             }
+            Step::EmptyCache => allocator.empty_cache(),
         }
     }
     let elapsed = start.elapsed();
