@@ -71,7 +71,8 @@ fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
         "{stderr}"
     );
 
-    // CSV: a column per chapter, each at its chapter.toml points for the solutions, 0 for stubs.
+    // CSV: a column per chapter, each at its chapter.toml points for the solutions, 0 for stubs,
+    // under the points possible.
     let csv_text = std::fs::read_to_string(out.path().join("grades.csv")).unwrap();
     let mut reader = csv::Reader::from_reader(csv_text.as_bytes());
     let mut header = vec!["student".to_string()];
@@ -88,7 +89,10 @@ fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
     let mut zero = vec!["exercises".to_string()];
     zero.extend(chapters.iter().map(|_| "0".to_string()));
     zero.push("0".to_string());
-    assert_eq!(rows, [full, zero]);
+    // The second row holds each chapter's points possible.
+    let mut out_of = full.clone();
+    out_of[0] = "(out of)".to_string();
+    assert_eq!(rows, [out_of, full, zero]);
 
     // Gradescope: one results.json per student in the folder.
     for (student, score, status) in [("solutions", total, "passed"), ("exercises", 0, "failed")] {

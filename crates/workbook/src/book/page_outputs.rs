@@ -184,10 +184,57 @@ impl Runner<'_> {
         expect_success(&graded, "grade --class class/")?;
         made.push(picture(
             "instructors-grade-class.txt",
-            without_seconds(&String::from_utf8_lossy(&graded.stdout)),
+            without_slowest(&without_seconds(&String::from_utf8_lossy(&graded.stdout))),
         ));
         made.push(picture(
             "instructors-grades-csv.txt",
+            read(&grading.join("grades.csv"))?,
+        ));
+        made.push(picture(
+            "instructors-feedback-index.txt",
+            read(&grading.join("feedback/index.md"))?,
+        ));
+
+        // A regrade of bob alone, with a roster (that lacks carol), printing Canvas's file.
+        std::fs::write(
+            grading.join("roster.csv"),
+            "folder,id,email,name\nalice,s1001,alice@uni.example,Alice Liddell\n\
+             bob,s1002,bob@uni.example,\"Smith, Bob\"\n",
+        )
+        .context("writing the fixture's roster.csv")?;
+        let regraded = self.workbook(
+            &grading,
+            &[
+                "grade",
+                "class/bob",
+                "--chapter",
+                "ch03",
+                "--hidden-tests",
+                "hidden/",
+                "--csv",
+                "grades.csv",
+                "--roster",
+                "roster.csv",
+                "--format",
+                "canvas",
+            ],
+        )?;
+        expect_success(
+            &regraded,
+            "grade class/bob --csv grades.csv --format canvas",
+        )?;
+        let said: String = String::from_utf8_lossy(&regraded.stderr)
+            .lines()
+            .filter(|l| l.starts_with("grade: grades merged") || l.starts_with("grade: warning"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        made.push(picture("instructors-regrade-stderr.txt", said));
+        made.push(picture(
+            "instructors-regrade-canvas.txt",
+            String::from_utf8_lossy(&regraded.stdout).into_owned(),
+        ));
+        made.push(picture(
+            "instructors-grades-csv-roster.txt",
             read(&grading.join("grades.csv"))?,
         ));
         let feedback = read(&grading.join("feedback/bob.md"))?;
@@ -555,6 +602,28 @@ fn without_seconds(text: &str) -> String {
     out
 }
 
+/// `text` with the lines of the summary's slowest submissions masked (`  …`): which submission
+/// is slowest, and by how much, differs from run to run.
+fn without_slowest(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_list = false;
+    for line in text.lines() {
+        if line.starts_with("Slowest submissions") {
+            in_list = true;
+            out.push_str(line);
+        } else if in_list && line.starts_with("  ") {
+            out.push_str("  …");
+        } else {
+            if in_list && !line.is_empty() {
+                in_list = false;
+            }
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// `text` with the last column of the table whose header ends with `header` masked: each row's
 /// last field (up to the next blank line) written as `…`, right-aligned as it was.
 fn without_last_column(text: &str, header: &str) -> String {
@@ -597,6 +666,17 @@ mod tests {
         assert_eq!(
             without_seconds("Graded 3 submission(s) in 4.3 s.\nin 2 tests; in 5 s\n"),
             "Graded 3 submission(s) in … s.\nin 2 tests; in … s\n"
+        );
+    }
+
+    #[test]
+    fn the_slowest_submissions_are_masked_and_the_next_section_kept() {
+        let summary = "Slowest submissions (building and testing, all chapters)\n\n  bob: 3.2 s\n  \
+                       alice: 1.0 s\n\nSubmissions that look alike\n\n  none\n";
+        assert_eq!(
+            without_slowest(summary),
+            "Slowest submissions (building and testing, all chapters)\n\n  …\n  …\n\n\
+             Submissions that look alike\n\n  none\n"
         );
     }
 

@@ -76,6 +76,14 @@ pub struct Assignment {
     /// container really has, from its CPU quota).
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
+    /// Points of each chapter on Gradescope, such as ch01=10,ch03=20 (`grade --points`): each
+    /// test's points are scaled so that the chapter's add up to them. Default: chapter.toml's.
+    #[arg(long, value_name = "CHAPTER=POINTS,...", value_parser = super::parse_points)]
+    pub points: Option<super::Points>,
+    /// A grading policy (`grade --policy`) whose `[points]` give each chapter's points, when
+    /// --points does not.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
 }
 
 /// `--memory-limit`'s text, checked as `grade` checks it.
@@ -101,6 +109,26 @@ impl Assignment {
         }
         if let Some(jobs) = self.jobs {
             flags.push(format!("--jobs {jobs}"));
+        }
+        let resolve = |key: &str| -> Result<String> {
+            let mut found = repo.select_chapters(&[key.to_string()])?;
+            Ok(found.remove(0))
+        };
+        let mut points = Vec::new();
+        if let Some(super::Points(given)) = &self.points {
+            for (chapter, value) in given {
+                let chapter =
+                    resolve(chapter).with_context(|| format!("--points {chapter}={value}"))?;
+                points.push(format!("{chapter}={value}"));
+            }
+        } else if let Some(path) = &self.policy {
+            let policy = super::policy::Policy::load(path, &resolve)?;
+            for (chapter, value) in &policy.points {
+                points.push(format!("{chapter}={value}"));
+            }
+        }
+        if !points.is_empty() {
+            flags.push(format!("--points {}", points.join(",")));
         }
         Ok(flags.join(" "))
     }
@@ -327,11 +355,25 @@ mod tests {
             timeout: Some(20),
             memory_limit: Some("512MiB".into()),
             jobs: Some(1),
+            points: Some(super::super::parse_points("3=10, ch10=20").unwrap()),
+            policy: None,
         };
         assert_eq!(
             assignment.grade_flags(&this_repo()).unwrap(),
             "--chapter ch03-drop-and-empty-cache --chapter ch10-out-of-memory --timeout 20 \
-             --memory-limit 512MiB --jobs 1"
+             --memory-limit 512MiB --jobs 1 --points \
+             ch03-drop-and-empty-cache=10,ch10-out-of-memory=20"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, "[points]\nch01 = 5\n").unwrap();
+        let from_policy = Assignment {
+            policy: Some(policy),
+            ..Assignment::default()
+        };
+        assert_eq!(
+            from_policy.grade_flags(&this_repo()).unwrap(),
+            "--points ch01-availability=5"
         );
         assert_eq!(Assignment::default().grade_flags(&this_repo()).unwrap(), "");
         let unknown = Assignment {

@@ -16,10 +16,14 @@
 //! hang costs that student the points concerned, with the reason in their report.
 
 pub mod export;
+pub mod gradebook;
 pub mod hidden;
+pub mod policy;
 pub mod report;
+pub mod similarity;
 pub mod student;
 pub mod submission;
+pub mod summary;
 
 use crate::course::app_state::{self, Chapter, Repo};
 use crate::run::Tier;
@@ -28,6 +32,7 @@ use crate::run::sandbox::Sandbox;
 use crate::run::scratch::{self, WorkspaceTemplate};
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use gradebook::Gradebook;
 use hidden::HiddenChapter;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::{BTreeMap, HashSet};
@@ -62,7 +67,8 @@ pub struct GradeArgs {
     /// Add the tests in FOLDER/CHAPTER/*.rs, which the learners never saw.
     #[arg(long, value_name = "FOLDER")]
     pub hidden_tests: Option<PathBuf>,
-    /// What to print on stdout: a table, or Gradescope's results.json.
+    /// What to print on stdout: a table, Gradescope's results.json, or the class's grades as a
+    /// Canvas or Moodle import file (with --csv: the whole file's, merged).
     #[arg(long, value_enum, default_value_t = GradeFormat::Table)]
     pub format: GradeFormat,
     /// Write Gradescope's results.json to FILE (several submissions: FILE is a folder of
@@ -72,12 +78,35 @@ pub struct GradeArgs {
     /// Write JUnit XML (a test suite per student and chapter) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Write a CSV to FILE: one row per student, one column per chapter, and the total.
+    /// Write a CSV to FILE: one row per student, one column per chapter, and the total. An
+    /// existing grade file is merged into: the graded students' rows are updated, the others
+    /// kept.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// A class roster (CSV with the columns folder, id, email, name, and optionally submitted):
+    /// adds each student's id, email and name to the grade files.
+    #[arg(long, value_name = "FILE")]
+    pub roster: Option<PathBuf>,
+    /// A grading policy (TOML): weights per chapter, a late penalty per day after a due date;
+    /// adds each student's days late and final grade (percent) to the grade files.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Points of each chapter on Gradescope (its results.json), such as ch01=10,ch03=20: each
+    /// test's points are scaled so that the chapter's add up to them. Default: the policy's
+    /// `[points]`, else chapter.toml's.
+    #[arg(long, value_name = "CHAPTER=POINTS,...", value_parser = parse_points)]
+    pub points: Option<Points>,
+    /// Regrade only the students, and the chapters, without full marks in the --csv file (and
+    /// submissions it does not have yet), merging the results into it.
+    #[arg(long, requires = "csv")]
+    pub only_failed: bool,
     /// Write one Markdown feedback report per student into FOLDER.
     #[arg(long, value_name = "FOLDER")]
     pub feedback: Option<PathBuf>,
+    /// Print one line per student (score and the chapters short of full marks) instead of the
+    /// table and its details, and no progress.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Chapters graded at once, and test processes at once in each (default: the machine's cores).
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
@@ -103,6 +132,34 @@ pub struct GradeArgs {
     pub no_sandbox: bool,
 }
 
+/// `--points`: points per chapter, as written (chapters by name, prefix or number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Points(pub Vec<(String, u32)>);
+
+/// `--points`'s text: `CHAPTER=POINTS`, comma-separated.
+pub fn parse_points(text: &str) -> Result<Points, String> {
+    let mut points = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((chapter, value)) = part.split_once('=') else {
+            return Err(format!(
+                "`{part}` is not CHAPTER=POINTS: write them like ch01=10,ch03=20"
+            ));
+        };
+        let value: u32 = value
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: {} is not a whole number of points", value.trim()))?;
+        if value == 0 {
+            return Err(format!("`{part}`: a chapter is worth 1 point or more"));
+        }
+        points.push((chapter.trim().to_string(), value));
+    }
+    if points.is_empty() {
+        return Err("no points given: write them like ch01=10,ch03=20".to_string());
+    }
+    Ok(Points(points))
+}
+
 /// What `workbook grade` prints on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum GradeFormat {
@@ -110,6 +167,10 @@ pub enum GradeFormat {
     Table,
     /// Gradescope's results.json (several submissions: an object of them by student).
     Json,
+    /// Canvas's gradebook import CSV.
+    Canvas,
+    /// Moodle's CSV grade import file.
+    Moodle,
 }
 
 /// Bytes kept of each of a test's output streams (half from the start, half from the end).
@@ -145,6 +206,12 @@ pub struct GradeOptions {
     pub limits: Limits,
     /// Show a progress bar and one line per graded student on stderr.
     pub progress: bool,
+    /// Points of chapters on Gradescope, by full name (their tests' points scaled to add up to
+    /// them); a chapter not listed keeps chapter.toml's.
+    pub points: BTreeMap<String, u32>,
+    /// The students' names, one per submission in order; empty: each is named after its entry
+    /// (`alice`, and `alice 2` for a second `alice`).
+    pub names: Vec<String>,
     /// With one submission: keep its Gradescope results.json in this file up to date as
     /// grading goes (from the start, then after every graded chapter), so that a grader stopped
     /// at a time limit leaves the chapters it graded counted.
@@ -166,6 +233,8 @@ impl Default for GradeOptions {
             keep_builds: false,
             limits: Limits::default(),
             progress: true,
+            points: BTreeMap::new(),
+            names: Vec::new(),
             results_as_it_goes: None,
             sandbox: Tier::Auto,
         }
@@ -348,8 +417,11 @@ impl ChapterResult {
 pub struct StudentResult {
     /// The student's name (the submission's name), unique in the report.
     pub student: String,
-    /// A file-name-safe, unique form of the name (feedback files, build folders).
+    /// A lower-case ASCII, unique form of the name (build folders and cargo's package names).
     pub slug: String,
+    /// The name as a file's name (the feedback report's and results.json's): the name itself,
+    /// letters of every script kept, unique without regard to case.
+    pub file_name: String,
     /// The submission's path.
     pub source: PathBuf,
     /// One result per graded chapter, in chapter order.
@@ -383,6 +455,11 @@ pub struct GradeReport {
     pub elapsed: Duration,
     /// The sandbox's tier every test ran in, in words ([`Sandbox::describe`]; `none`).
     pub sandbox: String,
+    /// Points of chapters on Gradescope, by name ([`GradeOptions::points`]).
+    pub points: BTreeMap<String, u32>,
+    /// Chapters that look alike: a student's and the reference solution's, or two students'
+    /// ([`similarity`]; nothing is deducted).
+    pub similar: Vec<similarity::Similar>,
 }
 
 /// `workbook grade`: grades, prints the table or Gradescope JSON, writes the requested files.
@@ -408,8 +485,75 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
     if let Some(path) = paths.iter().find(|p| !p.exists()) {
         bail!("{} does not exist", path.display());
     }
+    let all_chapters = repo.chapter_names()?;
+    let resolve = |key: &str| -> Result<String> {
+        let mut found = repo.select_chapters(&[key.to_string()])?;
+        Ok(found.remove(0))
+    };
+    let policy = args
+        .policy
+        .as_deref()
+        .map(|path| policy::Policy::load(path, &resolve))
+        .transpose()?;
+    let roster = args
+        .roster
+        .as_deref()
+        .map(gradebook::Roster::read)
+        .transpose()?;
+    let chapter_points = |chapter: &str| {
+        repo.chapter(chapter)
+            .map(|c| c.info.total_points())
+            .unwrap_or(0)
+    };
+    let existing = match &args.csv {
+        Some(path) => Gradebook::read(path, &all_chapters, &chapter_points)?,
+        None => Gradebook::default(),
+    };
+    if existing.policy_columns && policy.is_none() {
+        bail!(
+            "{} has the final grades of a --policy: give the policy again (--policy FILE) so \
+             that they stay right, or give --csv another file",
+            args.csv.as_deref().unwrap_or(Path::new("")).display()
+        );
+    }
+    let mut points = policy
+        .as_ref()
+        .map(|p| p.points.clone())
+        .unwrap_or_default();
+    if let Some(Points(given)) = &args.points {
+        points.clear();
+        for (chapter, value) in given {
+            points.insert(
+                resolve(chapter).with_context(|| format!("--points {chapter}={value}"))?,
+                *value,
+            );
+        }
+    }
+    let mut chapters = args.chapters.clone();
+    let mut names = Vec::new();
+    if args.only_failed {
+        let wanted = repo.select_chapters(&args.chapters)?;
+        let regrade = only_failed(&existing, &paths, &wanted);
+        if regrade.paths.is_empty() {
+            eprintln!(
+                "grade: --only-failed: every submission has full marks in {} in the chosen \
+                 chapters: nothing to regrade",
+                args.csv.as_deref().unwrap_or(Path::new("")).display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprintln!(
+            "grade: --only-failed: regrading {} of {} submission(s) in {}",
+            regrade.paths.len(),
+            paths.len(),
+            regrade.chapters.join(", ")
+        );
+        paths = regrade.paths;
+        chapters = regrade.chapters;
+        names = regrade.names;
+    }
     let options = GradeOptions {
-        chapters: args.chapters.clone(),
+        chapters,
         hidden_tests: args.hidden_tests.clone(),
         jobs: args
             .jobs
@@ -424,18 +568,55 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
             args.sandbox
         },
         results_as_it_goes: args.gradescope.clone().filter(|_| paths.len() == 1),
+        progress: !args.quiet,
+        points,
+        names,
         ..GradeOptions::default()
     };
     if options.sandbox == Tier::None {
         eprintln!("grade: no sandbox: {NO_SANDBOX_RISK}");
     }
     let report = grade(&repo, &paths, &options)?;
+    let had_rows = !existing.rows.is_empty();
+    let mut book = existing;
+    let merged = book.merge(&report, &all_chapters);
+    if let Some(roster) = &roster {
+        let missing = book.apply_roster(roster);
+        if !missing.is_empty() {
+            eprintln!(
+                "grade: warning: not in the roster {}: {} (their id, email and name are left \
+                 empty)",
+                args.roster.as_deref().unwrap_or(Path::new("")).display(),
+                missing.join(", ")
+            );
+        }
+    }
+    if let Some(policy) = &policy {
+        let unknown = book.without_time(policy);
+        if !unknown.is_empty() {
+            eprintln!(
+                "grade: warning: no submission time for {} (neither the policy's \
+                 submission_times nor the roster's `submitted` gives one): counted on time",
+                unknown.join(", ")
+            );
+        }
+    }
+    let summary = args
+        .class
+        .is_some()
+        .then(|| summary::Summary::new(&report, report.similar.clone()));
     match args.format {
+        GradeFormat::Table if args.quiet => print!("{}", report::quiet(&report)),
         GradeFormat::Table => print!("{}", report::table(&report)),
         GradeFormat::Json => println!(
             "{}",
             serde_json::to_string_pretty(&report::gradescope_all(&report))?
         ),
+        GradeFormat::Canvas => print!("{}", book.canvas(policy.as_ref())),
+        GradeFormat::Moodle => print!("{}", book.moodle(policy.as_ref())),
+    }
+    if let (Some(summary), GradeFormat::Table) = (&summary, args.format) {
+        print!("\n{}", summary.text());
     }
     if let Some(path) = &args.gradescope {
         report::write_gradescope(&report, path)?;
@@ -446,20 +627,34 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         eprintln!("grade: JUnit XML written to {}", path.display());
     }
     if let Some(path) = &args.csv {
-        write_file(path, report::csv(&report).as_bytes())?;
-        eprintln!("grade: CSV written to {}", path.display());
+        replace_file(path, book.to_csv(policy.as_ref()).as_bytes())?;
+        if had_rows {
+            eprintln!("grade: grades merged into {}", merged.describe(path));
+        } else {
+            eprintln!("grade: CSV written to {}", path.display());
+        }
     }
     if let Some(dir) = &args.feedback {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for student in &report.students {
-            let path = dir.join(format!("{}.md", student.slug));
+            let path = dir.join(format!("{}.md", student.file_name));
             write_file(&path, report::feedback(&report, student).as_bytes())?;
         }
+        write_file(&dir.join("index.md"), report::index(&report).as_bytes())?;
         eprintln!(
             "grade: {} feedback report(s) written to {}",
             report.students.len(),
             dir.display()
         );
+        if let Some(summary) = &summary {
+            write_file(&dir.join("summary.md"), summary.markdown().as_bytes())?;
+            let json = serde_json::to_string_pretty(&summary.json())? + "\n";
+            write_file(&dir.join("summary.json"), json.as_bytes())?;
+            eprintln!(
+                "grade: the class's summary written to {} and summary.json",
+                dir.join("summary.md").display()
+            );
+        }
     }
     let n = report.students.len();
     eprintln!(
@@ -468,6 +663,49 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         report.elapsed.as_secs_f64() / n.max(1) as f64
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The submissions `--only-failed` regrades (those without full marks in `book` in one of
+/// `chapters`, or not in it), and the chapters to regrade (those any of them lacks), in order.
+fn only_failed(book: &Gradebook, paths: &[PathBuf], chapters: &[String]) -> OnlyFailed {
+    let mut names = HashSet::new();
+    let mut regrade = OnlyFailed::default();
+    let mut short = HashSet::new();
+    for path in paths {
+        // Named as `grade` names the whole class (`alice`, `alice 2`), which a part of it alone
+        // would not be.
+        let student = unique(submission::student_name(path), &mut names, " ");
+        let missing = book.short_of_full_marks(&student, chapters);
+        if !missing.is_empty() {
+            regrade.paths.push(path.clone());
+            regrade.names.push(student);
+            short.extend(missing);
+        }
+    }
+    regrade.chapters = chapters
+        .iter()
+        .filter(|c| short.contains(*c))
+        .cloned()
+        .collect();
+    regrade
+}
+
+/// What `--only-failed` regrades: submissions, the names the whole class gives them, chapters.
+#[derive(Debug, Default)]
+struct OnlyFailed {
+    paths: Vec<PathBuf>,
+    names: Vec<String>,
+    chapters: Vec<String>,
+}
+
+/// Writes `path` whole or not at all: written beside, then renamed over (a grader stopped while
+/// writing leaves the file it had).
+fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    write_file(&partial, bytes)?;
+    std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -556,15 +794,24 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
     let mut taken = Vec::new();
     let mut names_used = HashSet::new();
     let mut slugs_used = HashSet::new();
-    for path in submissions {
-        let student = unique(submission::student_name(path), &mut names_used, " ");
+    let mut files_used = FileNames::default();
+    let mut file_names = Vec::new();
+    for (i, path) in submissions.iter().enumerate() {
+        let name = match options.names.get(i) {
+            Some(name) => name.clone(),
+            None => submission::student_name(path),
+        };
+        let student = unique(name, &mut names_used, " ");
         let slug = unique(slug(&student), &mut slugs_used, "-");
+        let file_name = files_used.add(&student);
         let private = run_dir.path().join("intake").join(&slug);
         std::fs::create_dir_all(&private)
             .with_context(|| format!("creating {}", private.display()))?;
         let sub = submission::intake(path, &student, &chapters, &private, &options.limits);
         taken.push((sub, slug));
+        file_names.push(file_name);
     }
+    let similar = look_alike(&chapters, &taken);
 
     // Every submitted chapter is a unit of work; workers take them in turn.
     let units: Vec<(usize, usize)> = taken
@@ -593,7 +840,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
     let announce = |s: usize| {
         let (sub, slug) = &taken[s];
         let done = results.lock().unwrap_or_else(|p| p.into_inner());
-        let student = assemble(sub, slug, &specs, &done, s);
+        let student = assemble(sub, slug, &file_names[s], &specs, &done, s);
         if options.progress {
             bar.suspend(|| {
                 eprintln!(
@@ -612,9 +859,11 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         };
         let so_far = GradeReport {
             chapters: specs.clone(),
-            students: vec![assemble(sub, slug, &specs, done, 0)],
+            students: vec![assemble(sub, slug, &file_names[0], &specs, done, 0)],
             elapsed: start.elapsed(),
             sandbox: tier.clone(),
+            points: options.points.clone(),
+            similar: Vec::new(),
         };
         report::write_gradescope(&so_far, path)
     };
@@ -664,14 +913,39 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
     let students = taken
         .iter()
         .enumerate()
-        .map(|(s, (sub, slug))| assemble(sub, slug, &specs, &done, s))
+        .map(|(s, (sub, slug))| assemble(sub, slug, &file_names[s], &specs, &done, s))
         .collect();
     Ok(GradeReport {
         chapters: specs,
         students,
         elapsed: start.elapsed(),
         sandbox: tier,
+        points: options.points.clone(),
+        similar,
     })
+}
+
+/// The submitted chapters that look alike ([`similarity`]): each against the reference solution
+/// (where the repository has it) and against the other students'.
+fn look_alike(chapters: &[Chapter], taken: &[(Submission, String)]) -> Vec<similarity::Similar> {
+    let mut prints = BTreeMap::new();
+    for chapter in chapters {
+        let base = similarity::Base::new(&similarity::read_sources(&chapter.dir.join("src")));
+        let solution = chapter.solution_dir.join("src");
+        let reference = solution
+            .is_dir()
+            .then(|| base.fingerprint(&similarity::read_sources(&solution)));
+        let students = taken
+            .iter()
+            .filter_map(|(sub, _)| {
+                let submitted = sub.chapters.get(&chapter.name)?;
+                let print = base.fingerprint(&similarity::read_sources(&submitted.src));
+                Some((sub.student.clone(), print))
+            })
+            .collect();
+        prints.insert(chapter.name.clone(), (reference, students));
+    }
+    similarity::find(&prints)
 }
 
 fn progress_bar(len: u64, enabled: bool) -> ProgressBar {
@@ -692,6 +966,7 @@ fn progress_bar(len: u64, enabled: bool) -> ProgressBar {
 fn assemble(
     sub: &Submission,
     slug: &str,
+    file_name: &str,
     specs: &[ChapterSpec],
     done: &BTreeMap<(usize, usize), ChapterResult>,
     s: usize,
@@ -732,6 +1007,7 @@ fn assemble(
     StudentResult {
         student: sub.student.clone(),
         slug: slug.to_string(),
+        file_name: file_name.to_string(),
         source: sub.source.clone(),
         chapters,
         notes: sub.notes.clone(),
@@ -1244,6 +1520,50 @@ fn slug(name: &str) -> String {
     }
 }
 
+/// Students' names as file names, none used twice (without regard to case, for the file
+/// systems that ignore it), none taking the names of the files beside them (`index.md`,
+/// `summary.md`, `summary.json`).
+#[derive(Debug)]
+struct FileNames {
+    used: HashSet<String>,
+}
+
+impl Default for FileNames {
+    fn default() -> Self {
+        FileNames {
+            used: ["index", "summary"].map(String::from).into(),
+        }
+    }
+}
+
+impl FileNames {
+    /// A file name for `student`, unused so far: the name with the characters file systems
+    /// refuse (`/ \ : * ? " < > |`, control characters) as `_`, no leading `.` nor trailing
+    /// `.` or space, at most 100 characters; then ` 2`, ` 3`... when taken.
+    fn add(&mut self, student: &str) -> String {
+        let safe: String = student
+            .chars()
+            .map(|c| {
+                if c.is_control() || "/\\:*?\"<>|".contains(c) {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .take(100)
+            .collect();
+        let safe = safe.trim_start_matches('.').trim_end_matches(['.', ' ']);
+        let name = if safe.is_empty() { "student" } else { safe };
+        let mut candidate = name.to_string();
+        let mut n = 2;
+        while !self.used.insert(candidate.to_lowercase()) {
+            candidate = format!("{name} {n}");
+            n += 1;
+        }
+        candidate
+    }
+}
+
 /// `name`, or `name<sep>2`, `name<sep>3`... whichever is not used yet.
 fn unique(name: String, used: &mut HashSet<String>, sep: &str) -> String {
     let mut candidate = name.clone();
@@ -1264,6 +1584,39 @@ mod tests {
         assert_eq!(slug("Alice Smith (2)"), "alice-smith-2");
         assert_eq!(slug("../.."), "student");
         assert_eq!(slug("bob_42"), "bob-42");
+    }
+
+    #[test]
+    fn file_names_keep_the_name_its_letters_and_never_collide() {
+        let mut names = FileNames::default();
+        assert_eq!(names.add("a_reference"), "a_reference");
+        assert_eq!(names.add("Émile"), "Émile");
+        assert_eq!(names.add("李雷"), "李雷");
+        assert_eq!(names.add("alice_1"), "alice_1");
+        assert_eq!(names.add("alice-1"), "alice-1");
+        assert_eq!(names.add("Alice_1"), "Alice_1 2");
+        assert_eq!(names.add("../etc/passwd"), "_etc_passwd");
+        assert_eq!(names.add("a:b*c?"), "a_b_c_");
+        assert_eq!(names.add("..."), "student");
+        assert_eq!(names.add("index"), "index 2");
+        assert_eq!(names.add("Summary"), "Summary 2");
+    }
+
+    #[test]
+    fn points_are_chapter_equals_points_separated_by_commas() {
+        assert_eq!(
+            parse_points("ch01=10, 3=20").unwrap(),
+            Points(vec![("ch01".into(), 10), ("3".into(), 20)])
+        );
+        for (text, needle) in [
+            ("ch01", "`ch01` is not CHAPTER=POINTS"),
+            ("ch01=ten", "ten is not a whole number of points"),
+            ("ch01=0", "a chapter is worth 1 point or more"),
+            (",", "no points given"),
+        ] {
+            let error = parse_points(text).unwrap_err();
+            assert!(error.contains(needle), "{text}: {error}");
+        }
     }
 
     #[test]

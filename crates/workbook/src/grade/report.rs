@@ -1,5 +1,5 @@
-//! What `grade` writes: the terminal table, Gradescope's `results.json`, JUnit XML, CSV, and a
-//! Markdown feedback report per student.
+//! What `grade` writes: the terminal table, Gradescope's `results.json`, JUnit XML, and a
+//! Markdown feedback report per student (the CSV is [`super::gradebook`]'s).
 
 use super::{ChapterResult, ChapterState, GradeReport, Status, StudentResult, TestResult};
 use anyhow::{Context, Result};
@@ -119,6 +119,37 @@ pub fn table(report: &GradeReport) -> String {
     for student in &report.students {
         out.push('\n');
         out.push_str(&student_details(student));
+    }
+    out
+}
+
+/// `--quiet`: one line per student: the score, and the chapters short of full marks.
+pub fn quiet(report: &GradeReport) -> String {
+    let short = short_names(report);
+    let mut out = String::new();
+    for student in &report.students {
+        let (score, max) = (student.score(), student.max_score());
+        let _ = write!(
+            out,
+            "{}: {score}/{max} ({})",
+            student.student,
+            percent(score, max)
+        );
+        if student.refused.is_some() {
+            out.push_str(": not graded (see --feedback)");
+        } else {
+            let lacking: Vec<String> = student
+                .chapters
+                .iter()
+                .zip(&short)
+                .filter(|(c, _)| c.score() < c.max_score())
+                .map(|(c, name)| format!("{name} {}", cell(c)))
+                .collect();
+            if !lacking.is_empty() {
+                let _ = write!(out, "; short of full marks: {}", lacking.join(", "));
+            }
+        }
+        out.push('\n');
     }
     out
 }
@@ -275,13 +306,17 @@ fn hint_for<'a>(chapter: &str, result: &TestResult, report: &'a GradeReport) -> 
 /// `output`. Hidden tests are shown to students only once grades are published.
 pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
     let mut tests = Vec::new();
+    let (mut score, mut max_score) = (0.0, 0.0);
     for chapter in &student.chapters {
+        let factor = scale(report, chapter);
+        score += f64::from(chapter.score()) * factor;
+        max_score += f64::from(chapter.max_score()) * factor;
         for test in &chapter.tests {
             let mut entry = json!({
                 "name": format!("{}::{}", chapter.chapter, test.test.name),
                 "status": if test.status.passed() { "passed" } else { "failed" },
-                "score": test.score,
-                "max_score": test.test.points,
+                "score": points(f64::from(test.score) * factor),
+                "max_score": points(f64::from(test.test.points) * factor),
                 "output": test_output(&chapter.chapter, test, report),
             });
             if test.test.hidden {
@@ -331,13 +366,34 @@ pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
         .map(|c| c.duration.as_secs_f64())
         .sum();
     json!({
-        "score": student.score(),
-        "max_score": student.max_score(),
+        "score": points(score),
+        "max_score": points(max_score),
         "output": summary,
         "execution_time": (seconds * 10.0).round() / 10.0,
         "visibility": "visible",
         "tests": tests,
     })
+}
+
+/// What a chapter's points are multiplied by on Gradescope: its `--points` over its own
+/// points (1 when it has no `--points`).
+fn scale(report: &GradeReport, chapter: &ChapterResult) -> f64 {
+    match report.points.get(&chapter.chapter) {
+        Some(points) if chapter.max_score() > 0 => {
+            f64::from(*points) / f64::from(chapter.max_score())
+        }
+        _ => 1.0,
+    }
+}
+
+/// Points as JSON: a whole number as an integer, else rounded to 4 decimals.
+fn points(value: f64) -> Value {
+    let rounded = (value * 10_000.0).round() / 10_000.0;
+    if rounded.fract() == 0.0 && (0.0..9.0e15).contains(&rounded) {
+        json!(rounded as u64)
+    } else {
+        json!(rounded)
+    }
 }
 
 /// `--format json`: one submission's `results.json`; for several, an object mapping each
@@ -376,7 +432,7 @@ pub fn write_gradescope(report: &GradeReport, path: &Path) -> Result<()> {
         many => {
             for student in many {
                 write(
-                    &path.join(format!("{}.json", student.slug)),
+                    &path.join(format!("{}.json", student.file_name)),
                     &gradescope(report, student),
                 )?;
             }
@@ -488,45 +544,6 @@ pub fn junit(report: &GradeReport) -> String {
     )
 }
 
-/// One CSV field: quoted when needed; a leading `=`, `+`, `-`, `@` gets a `'` so that no
-/// spreadsheet takes a student's name for a formula.
-fn csv_field(value: &str) -> String {
-    let value = if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{value}")
-    } else {
-        value.to_string()
-    };
-    if value.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", value.replace('"', "\"\""))
-    } else {
-        value
-    }
-}
-
-/// CSV: `student`, one column per chapter (its points), `total`; one row per student.
-pub fn csv(report: &GradeReport) -> String {
-    let mut out = String::new();
-    let mut header = vec!["student".to_string()];
-    header.extend(report.chapters.iter().map(|c| c.name().to_string()));
-    header.push("total".to_string());
-    let _ = writeln!(
-        out,
-        "{}",
-        header
-            .iter()
-            .map(|h| csv_field(h))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    for student in &report.students {
-        let mut row = vec![csv_field(&student.student)];
-        row.extend(student.chapters.iter().map(|c| c.score().to_string()));
-        row.push(student.score().to_string());
-        let _ = writeln!(out, "{}", row.join(","));
-    }
-    out
-}
-
 /// A Markdown code block holding `text`, fenced with more backticks than it contains.
 fn code_block(text: &str) -> String {
     let mut longest = 0;
@@ -541,6 +558,61 @@ fn code_block(text: &str) -> String {
     }
     let fence = "`".repeat(longest.max(2) + 1);
     format!("{fence}text\n{}\n{fence}\n", text.trim_end())
+}
+
+/// Text for a Markdown table's cell or a link's text: `|`, `[`, `]`, `\`, `*`, `_`, `` ` ``,
+/// `<` and `>` escaped, lines joined.
+fn markdown_text(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        match c {
+            '|' | '[' | ']' | '\\' | '*' | '_' | '`' | '<' | '>' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `index.md` beside the feedback reports: every student with their score and a link to their
+/// report, in the order graded.
+pub fn index(report: &GradeReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Feedback
+"
+    );
+    let max: u32 = report.chapters.iter().map(|c| c.max_score()).sum();
+    let _ = writeln!(
+        out,
+        "{} student(s), graded out of {max} point(s) in {}.
+",
+        report.students.len(),
+        report
+            .chapters
+            .iter()
+            .map(|c| c.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    out.push_str("| Student | Score | | Feedback |\n|---|---:|---:|---|\n");
+    for student in &report.students {
+        let (score, max) = (student.score(), student.max_score());
+        // A link destination in `<...>` may hold spaces and any letter (CommonMark).
+        let _ = writeln!(
+            out,
+            "| {} | {score} / {max} | {} | [{}.md](<{}.md>) |",
+            markdown_text(&student.student),
+            percent(score, max),
+            markdown_text(&student.file_name),
+            student.file_name
+        );
+    }
+    out
 }
 
 /// A student's feedback in Markdown: their score per chapter, and for every test that cost
@@ -685,11 +757,16 @@ mod tests {
     }
 
     #[test]
-    fn csv_fields_are_quoted_and_never_formulas() {
-        assert_eq!(csv_field("alice"), "alice");
-        assert_eq!(csv_field("smith, j"), "\"smith, j\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("=1+1"), "'=1+1");
+    fn points_are_integers_when_whole() {
+        assert_eq!(points(16.0), json!(16));
+        assert_eq!(points(10.0 * 2.0 / 3.0), json!(6.6667));
+        assert_eq!(points(0.0), json!(0));
+    }
+
+    #[test]
+    fn markdown_text_cannot_break_a_table_or_a_link() {
+        assert_eq!(markdown_text("a|b [c](d) <e>"), "a\\|b \\[c\\](d) \\<e\\>");
+        assert_eq!(markdown_text("a_reference"), "a\\_reference");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! own ([`runner`]), and the sandbox those processes run in when grading ([`sandbox`]), in one of
 //! its two tiers (namespaces made by bubblewrap, or [`landlocked`]).
 
+pub mod cgroup;
 #[cfg(target_os = "linux")]
 pub mod landlocked;
 pub mod prediction_guard;

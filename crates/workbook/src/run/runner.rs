@@ -621,6 +621,7 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
     for (key, value) in &options.env {
         cmd.env(key, value);
     }
+    let oom = super::cgroup::OomWatch::start();
     let start = Instant::now();
     let child = cmd
         .spawn()
@@ -650,7 +651,15 @@ pub fn run_test(case: &TestCase, options: &RunOptions) -> Result<TestOutcome> {
             .lines()
             .any(|l| l.starts_with("test result: ok. 1 passed;")),
     };
-    let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
+    let (verdict, message) = judge(
+        case,
+        status,
+        options,
+        reported,
+        oom.fired(),
+        &stdout,
+        &stderr,
+    );
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -703,6 +712,7 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
         .stderr(Stdio::piped())
         .process_group(0);
     die_with_parent(&mut prepared.command);
+    let oom = super::cgroup::OomWatch::start();
     let start = Instant::now();
     let child = prepared
         .command
@@ -754,7 +764,15 @@ fn run_sandboxed(case: &TestCase, options: &RunOptions, sandbox: &Sandbox) -> Re
         _ => s,
     });
     let reported = log.is_some_and(|log| harness_log_says_ok(&log, &case.name));
-    let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
+    let (verdict, message) = judge(
+        case,
+        status,
+        options,
+        reported,
+        oom.fired(),
+        &stdout,
+        &stderr,
+    );
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -796,6 +814,7 @@ fn run_landlocked(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let oom = super::cgroup::OomWatch::start();
     let start = Instant::now();
     let child = confined
         .command
@@ -816,7 +835,15 @@ fn run_landlocked(
     };
     let log = confined.log.finish();
     let reported = log.is_some_and(|log| harness_log_says_ok(&log, &case.name));
-    let (verdict, message) = judge(case, status, options, reported, &stdout, &stderr);
+    let (verdict, message) = judge(
+        case,
+        status,
+        options,
+        reported,
+        oom.fired(),
+        &stdout,
+        &stderr,
+    );
     Ok(TestOutcome {
         case: case.clone(),
         verdict,
@@ -1066,11 +1093,14 @@ pub fn harness_log_says_ok(log: &str, name: &str) -> bool {
     passed
 }
 
+/// The verdict of a test that ended with `status` (none: timed out); `oom_killed`: the kernel's
+/// out-of-memory killer killed a process of the grader's cgroup while it ran.
 fn judge(
     case: &TestCase,
     status: Option<ExitStatus>,
     options: &RunOptions,
     reported_ok: bool,
+    oom_killed: bool,
     stdout: &str,
     stderr: &str,
 ) -> (Verdict, String) {
@@ -1108,6 +1138,17 @@ fn judge(
         ));
     }
     let message = match (status.code(), status.signal()) {
+        // The container's memory limit: the kernel's OOM killer sends SIGKILL, and only then
+        // does the cgroup's count of its kills go up (a timed-out test has no status here).
+        (_, Some(libc::SIGKILL)) if oom_killed => format!(
+            "ran out of memory: killed by the kernel's out-of-memory killer when the \
+             container's memory limit{} was reached (signal 9); a --memory-limit below the \
+             container's memory divided by the jobs makes it fail with an out-of-memory error \
+             instead",
+            super::cgroup::memory_limit()
+                .map(|l| format!(" of {}", gpumem::format::format_bytes(l)))
+                .unwrap_or_default()
+        ),
         (_, Some(signal)) => {
             let killed = format!("killed by signal {signal} ({})", signal_name(signal));
             match why {
@@ -1468,15 +1509,58 @@ mod tests {
                       seed 272 (rerun with GPUMEM_TEST_SEED=272)\n\
                       thread 't' panicked at tests/a.rs:3:5:\nf16 gradients: relative error 1e-2\n";
         let failed = Some(ExitStatus::from_raw(101 << 8));
-        let (verdict, message) = judge(&case, failed, &RunOptions::default(), false, stdout, "");
+        let (verdict, message) = judge(
+            &case,
+            failed,
+            &RunOptions::default(),
+            false,
+            false,
+            stdout,
+            "",
+        );
         assert_eq!(verdict, Verdict::Failed);
         assert_eq!(
             message,
             "f16 gradients: relative error 1e-2 (seed 272: GPUMEM_TEST_SEED=272 replays it)"
         );
         let unseeded = stdout.replace("seed 272 (rerun with GPUMEM_TEST_SEED=272)\n", "");
-        let (_, message) = judge(&case, failed, &RunOptions::default(), false, &unseeded, "");
+        let (_, message) = judge(
+            &case,
+            failed,
+            &RunOptions::default(),
+            false,
+            false,
+            &unseeded,
+            "",
+        );
         assert_eq!(message, "f16 gradients: relative error 1e-2");
+    }
+
+    #[test]
+    fn a_kill_by_the_container_s_oom_killer_is_out_of_memory() {
+        let case = TestCase {
+            target: "t".into(),
+            binary: PathBuf::from("t"),
+            name: "t".into(),
+        };
+        let killed = Some(ExitStatus::from_raw(libc::SIGKILL));
+        let options = RunOptions::default();
+        let (verdict, message) = judge(&case, killed, &options, false, true, "", "");
+        assert_eq!(verdict, Verdict::Failed);
+        assert!(
+            message.starts_with(
+                "ran out of memory: killed by the kernel's out-of-memory killer when the \
+                 container's memory limit"
+            ),
+            "{message}"
+        );
+        // A SIGKILL while the OOM killer did nothing is only a kill.
+        let (_, message) = judge(&case, killed, &options, false, false, "", "");
+        assert_eq!(message, "killed by signal 9 (SIGKILL)");
+        // Another signal is never taken for the OOM killer's.
+        let aborted = Some(ExitStatus::from_raw(libc::SIGABRT));
+        let (_, message) = judge(&case, aborted, &options, false, true, "", "");
+        assert_eq!(message, "killed by signal 6 (SIGABRT)");
     }
 
     #[test]
