@@ -45,7 +45,7 @@ TOML
   # the tests' own f64 references and the dependencies' f16 conversions run 2,000 times over.
   # Rust's float arithmetic gives the same bits at every opt-level (no fast-math, no contraction
   # into FMAs), and debug assertions and overflow checks stay on, so every seed behaves as when
-  # graded. A short one (CI's 20 seeds) keeps the root's profiles and so reuses its build.
+  # graded. A short one (CI's 10 seeds) keeps the root's profiles and so reuses verify's build.
   sed -n '/^\[workspace.package\]/,$p' "$root/Cargo.toml" \
     | sed "s|^gpumem = { path = \"crates/gpumem\" }|gpumem = { path = \"$root/crates/gpumem\" }|" \
     | if [ "$count" -gt 100 ]; then sed 's|^\[profile.dev\]$|[profile.dev]\nopt-level = 2|'; else cat; fi

@@ -72,15 +72,30 @@ pub fn bmm<T: Float>(
     }
     // SAFETY: cpu buffers; c is a fresh block.
     let (av, bv, cv) = unsafe { (host(a), host(b), host_mut(&mut c)) };
+    // Each row of op(A) and each column of op(B) is read into f64 once, contiguous: every product
+    // and every sum is the one of reading the elements in place (the same f64 values, added in the
+    // same order, l = 0..k), and the inner loop no longer converts or strides.
+    if k == 0 {
+        // Empty sums: every element is 0.
+        cv.fill(T::from_f32(0.0));
+        return Ok(c);
+    }
+    let (mut rows, mut cols) = (vec![0.0f64; m * k], vec![0.0f64; n * k]);
     for z in 0..batch {
         let (az, bz) = (&av[z * m * k..][..m * k], &bv[z * k * n..][..k * n]);
-        for i in 0..m {
-            for j in 0..n {
+        for (at, x) in rows.iter_mut().enumerate() {
+            let (i, l) = (at / k, at % k);
+            *x = az[if transpose_a { l * m + i } else { i * k + l }].to_f32() as f64;
+        }
+        for (at, y) in cols.iter_mut().enumerate() {
+            let (j, l) = (at / k, at % k);
+            *y = bz[if transpose_b { j * k + l } else { l * n + j }].to_f32() as f64;
+        }
+        for (i, row) in rows.chunks_exact(k).enumerate() {
+            for (j, col) in cols.chunks_exact(k).enumerate() {
                 let mut s = 0.0f64;
                 for l in 0..k {
-                    let x = az[if transpose_a { l * m + i } else { i * k + l }].to_f32();
-                    let y = bz[if transpose_b { j * k + l } else { l * n + j }].to_f32();
-                    s += x as f64 * y as f64;
+                    s += row[l] * col[l];
                 }
                 cv[(z * m + i) * n + j] = T::from_f32(s as f32);
             }
