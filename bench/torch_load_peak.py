@@ -186,3 +186,9 @@ for label, values, scales in rows:
           f"{nbytes(*values) + nbytes(*scales):>8}")
 print(f"torch.quantize_per_channel keeps its scales as {q.q_per_channel_scales().dtype} and its "
       f"zero points as {q.q_per_channel_zero_points().dtype}")
+try:
+    torch.quantize_per_channel(w, torch.ones(OUT), torch.zeros(OUT, dtype=torch.int32), 0,
+                               torch.quint4x2)
+    print("torch.quantize_per_channel(quint4x2): made")
+except NotImplementedError as e:
+    print(f"torch.quantize_per_channel(quint4x2): NotImplementedError: {str(e).splitlines()[0]}")
