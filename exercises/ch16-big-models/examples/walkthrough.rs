@@ -62,9 +62,10 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let bytes: Vec<u64> = checkpoint.iter().map(|t| 4 * t.len() as u64).collect();
     println!(
-        "  the checkpoint: {} tensors, {}",
+        "  the checkpoint: {} tensors ({LAYERS} weights of {}, {LAYERS} biases of {})",
         checkpoint.len(),
-        format_bytes(bytes.iter().sum())
+        format_bytes(4 * (WIDTH * WIDTH) as u64),
+        format_bytes(4 * WIDTH as u64)
     );
     let mut measured: Vec<(Loading, Loaded)> = Vec::new();
     for (i, loading) in [
@@ -179,7 +180,11 @@ fn main() -> anyhow::Result<()> {
         copies.copies,
         format_bytes(copies.bytes)
     );
-    anyhow::ensure!(out.len() == input.len(), "the forward pass gave {} values", out.len());
+    anyhow::ensure!(
+        out.len() == input.len(),
+        "the forward pass gave {} values",
+        out.len()
+    );
     snapshot.write(&dev)?;
     drop(model);
     Ok(())

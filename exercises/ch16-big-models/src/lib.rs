@@ -128,7 +128,10 @@ pub fn store(
             let mut scales = Vec::with_capacity(rows);
             for row in weight.chunks(cols) {
                 let s = absmax_scale(row, 127.0);
-                values.extend(row.iter().map(|v| (v / s).round().clamp(-127.0, 127.0) as i8 as u8));
+                values.extend(
+                    row.iter()
+                        .map(|v| (v / s).round().clamp(-127.0, 127.0) as i8 as u8),
+                );
                 scales.push(s);
             }
             (values, Some(scale_bytes(&scales, scale)))
