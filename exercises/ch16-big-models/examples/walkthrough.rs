@@ -38,6 +38,7 @@ fn answers_shown() -> bool {
 
 /// Prints `rows` under `header` when `shown`, else says which exercise they answer.
 fn table(shown: bool, header: String, rows: Vec<String>, exercise: &str) {
+    println!();
     if shown {
         println!("{header}");
         for row in rows {
