@@ -2,12 +2,12 @@
 //! other, with the allocator's peak for each; one layer's weight stored as float32, bfloat16,
 //! int8 and 4 bits; and a model run with half its layers offloaded, what it holds and copies.
 //! Runs on `GPUMEM_DEVICE` (default: cuda:0 if there is one, else cpu) and works unsolved: it
-//! uses only gpumem and the chapter's given code.
+//! uses only gpumem and the chapter's given code (`given/`).
 //!
 //! `cargo run -p ch16-big-models --example walkthrough`
 
 use anyhow::Context;
-use ch16_big_models::{
+use ch16_given::{
     Loaded, Loading, Offloaded, Scale, Storage, WeightBytes, forward, measure_loading, store,
 };
 use ch16_predict::{predict_loading, predict_weight_bytes};

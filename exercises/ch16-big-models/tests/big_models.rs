@@ -1,8 +1,10 @@
 //! Graded tests for chapter 16: big models.
 
-use ch16_big_models::{
+// The measurements and the forward pass come from the given crate, never from your `src/`.
+use ch16_big_models::offload;
+use ch16_given::{
     Loaded, Loading, OffloadError, Scale, Storage, WeightBytes, block, forward, measure_loading,
-    offload, store,
+    store,
 };
 use ch16_predict::{predict_loading, predict_weight_bytes};
 use gpumem::testing::{Draw, Prediction};
@@ -215,6 +217,24 @@ fn check_offload(
         "layers kept on the device for {count} layers of {len} floats, {acts} floats of \
          activations, a budget of {budget} B: as many as fit (blocks of 512 B), beside one \
          layer's buffer when not all do"
+    );
+    for (i, resident) in offloaded.resident.iter().enumerate() {
+        assert!(
+            resident.to_vec()? == model[i],
+            "resident layer {i} holds layer {i}'s weights, all of them"
+        );
+    }
+    if let Some(prefetch) = &offloaded.prefetch {
+        assert_eq!(
+            prefetch.len(),
+            len,
+            "the prefetch buffer holds one layer: {len} floats"
+        );
+    }
+    assert_eq!(
+        offloaded.activations.len(),
+        acts,
+        "the activations buffer holds {acts} floats"
     );
     let out = forward(&mut offloaded, &model, &input)?;
     let peak = dev.max_memory_allocated() - start;
