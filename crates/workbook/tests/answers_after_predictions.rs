@@ -51,6 +51,9 @@ mod ch13;
 #[path = "../../../solutions/ch14-after-out-of-memory/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch14;
+#[path = "../../../solutions/ch16-big-models/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch16;
 
 /// The page's predictions of each chapter, printed with `{:?}` (their numbers are read back).
 fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
@@ -158,7 +161,40 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                 })
                 .collect(),
         ),
+        (
+            "ch16-big-models",
+            ch16_page_predictions().iter().map(|p| show(p)).collect(),
+        ),
     ]
+}
+
+/// Chapter 16's predictions at its page's sizes: the four loadings of 4 x nn.Linear(1024, 1024)
+/// in float32, and a weight of 1024 x 1000 in every storage the page shows.
+fn ch16_page_predictions() -> Vec<Box<dyn std::fmt::Debug>> {
+    use ch16::{Loading, Scale, Storage};
+    let model: Vec<u64> = (0..4).flat_map(|_| [4 << 20, 4096]).collect();
+    let mut all: Vec<Box<dyn std::fmt::Debug>> = [
+        Loading::BuildThenLoad,
+        Loading::Mmap,
+        Loading::MetaAssign,
+        Loading::MetaMmapAssign,
+    ]
+    .iter()
+    .map(|&l| Box::new(ch16::predict_loading(l, &model)) as Box<dyn std::fmt::Debug>)
+    .collect();
+    let mut storages = vec![Storage::F32, Storage::Bf16];
+    for scale in [Scale::F32, Scale::Bf16] {
+        storages.push(Storage::Int8PerRow { scale });
+        for group in [32, 64, 128] {
+            storages.push(Storage::Int4PerGroup { group, scale });
+        }
+    }
+    all.extend(
+        storages.into_iter().map(|s| {
+            Box::new(ch16::predict_weight_bytes(1024, 1000, s)) as Box<dyn std::fmt::Debug>
+        }),
+    );
+    all
 }
 
 /// The distinctive numbers in `text`: at least 1000, not a power of two and not a whole number of
