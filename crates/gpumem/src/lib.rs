@@ -40,7 +40,7 @@ pub mod testing;
 // The public module paths, as learners, chapters, tests and the workbook name them.
 pub use formats::{snapshot_pickle, trace};
 pub use inference::{kv_cache, serving};
-pub use memory::{activity, buffer, device, pinned, stream, transfer};
+pub use memory::{activity, buffer, collective, device, pinned, stream, transfer};
 pub use policy::{allocator, config, stats};
 pub use raw::{backend, cpu as backend_cpu, cuda as backend_cuda};
 
@@ -67,6 +67,7 @@ pub use self::{
     allocator::{Allocation, CachingAllocator, StreamId},
     backend::DeviceProperties,
     buffer::{Buffer, Element},
+    collective::ProcessGroup,
     config::AllocatorConfig,
     device::{Device, DeviceKind},
     error::{Error, Result},
