@@ -9,7 +9,7 @@
 pub use ch15_predict::{PerRank, Stage, Training};
 use gpumem::autograd::Tensor;
 use gpumem::collective::ProcessGroup;
-use gpumem::optim::{Adam, AdamOptions, Optimizer};
+use gpumem::optim::{Adam, AdamOptions};
 use gpumem::{Buffer, Device, Error, Result, f16};
 
 /// One mebibyte.
@@ -66,7 +66,10 @@ pub fn load_on_rank(
 ) -> Result<Vec<Buffer<f32>>> {
     // TODO: torch.load without map_location puts every tensor back where rank 0 saved it.
     // Where must this rank's copy go, and how does `Checkpoint::load` say so?
-    todo!("load {} bytes on rank {rank} of {group:?}", checkpoint.bytes())
+    todo!(
+        "load {} bytes on rank {rank} of {group:?}",
+        checkpoint.bytes()
+    )
 }
 // ANCHOR_END: load_on_rank
 
@@ -87,7 +90,10 @@ pub fn shard_model(group: &ProcessGroup, params: &[f32]) -> Result<Vec<FsdpRank>
     if params.len() % n != 0 {
         return Err(Error::BadCollective {
             op: "shard_model",
-            reason: format!("{} parameters do not split into {n} equal shards", params.len()),
+            reason: format!(
+                "{} parameters do not split into {n} equal shards",
+                params.len()
+            ),
         });
     }
     params
@@ -130,7 +136,11 @@ pub fn fsdp_step(group: &ProcessGroup, ranks: &mut [FsdpRank], batches: &[Vec<f3
     // TODO: all-gather the shards (each rank needs the whole parameters for its gradient),
     // compute each rank's local_gradient, let the whole parameters go, reduce-scatter the
     // gradients, average them, and give each rank's shard its gradient for its Adam's step.
-    todo!("one FSDP step of {} ranks on {} batches", ranks.len(), batches.len())
+    todo!(
+        "one FSDP step of {} ranks on {} batches",
+        ranks.len(),
+        batches.len()
+    )
 }
 // ANCHOR_END: fsdp_step
 

@@ -84,7 +84,11 @@ fn load_on_rank_leaves_device_0_to_rank_0() {
             "device 0 held rank 0's copy and never another rank's, not even for a moment"
         );
         for (rank, dev) in group.devices().iter().enumerate() {
-            assert_eq!(dev.memory_allocated(), blocks, "rank {rank}'s device, {dev}");
+            assert_eq!(
+                dev.memory_allocated(),
+                blocks,
+                "rank {rank}'s device, {dev}"
+            );
         }
     })
 }
@@ -126,7 +130,9 @@ fn adam_reference(params: &[f32], grads: &[Vec<f32>]) -> Vec<f64> {
 fn drawn_model(draw: &mut Draw) -> (usize, Vec<f32>) {
     let world = draw.pick(&[2usize, 3, 4]);
     let n = 128 * world * draw.size(1, 40);
-    let params = (0..n).map(|_| draw.range(0, 2000) as f32 / 100.0 - 10.0).collect();
+    let params = (0..n)
+        .map(|_| draw.range(0, 2000) as f32 / 100.0 - 10.0)
+        .collect();
     (world, params)
 }
 
@@ -156,9 +162,7 @@ fn fsdp_step_matches_adam_on_the_averaged_gradient() {
             let batches = drawn_batches(&mut draw, world, params.len());
             // The gradient of ½‖p − b‖² is p − b; averaged over the ranks.
             let mean: Vec<f32> = (0..params.len())
-                .map(|i| {
-                    batches.iter().map(|b| host[i] - b[i]).sum::<f32>() / world as f32
-                })
+                .map(|i| batches.iter().map(|b| host[i] - b[i]).sum::<f32>() / world as f32)
                 .collect();
             fsdp_step(&group, &mut ranks, &batches).expect("fsdp_step");
             grads.push(mean);
@@ -197,7 +201,11 @@ fn fsdp_step_leaves_each_rank_its_shard_its_gradient_and_adams_state() {
                  exp_avg_sq of it, and nothing whole"
             );
             let g = ranks[rank].shard.grad().expect("a gradient after the step");
-            assert_eq!(g.numel() as u64 * 4, shard, "rank {rank}'s gradient is a shard");
+            assert_eq!(
+                g.numel() as u64 * 4,
+                shard,
+                "rank {rank}'s gradient is a shard"
+            );
         }
     })
 }
@@ -279,7 +287,12 @@ fn prediction_at_drawn_sizes_matches() {
 fn prediction_reproduces_the_zero_papers_figure_1() {
     let _group = gpumem::testing::devices(1);
     // Figure 1 of Rajbhandari et al. 2020: Ψ = 7.5 B, N_d = 64, K = 12, in GB of 10⁹ bytes.
-    let paper = [(Stage::Ddp, 120.0), (Stage::Zero1, 31.4), (Stage::Zero2, 16.6), (Stage::Zero3, 1.9)];
+    let paper = [
+        (Stage::Ddp, 120.0),
+        (Stage::Zero1, 31.4),
+        (Stage::Zero2, 16.6),
+        (Stage::Zero3, 1.9),
+    ];
     for (stage, gb) in paper {
         let p = predict_per_rank(Training {
             params: 7_500_000_000,
