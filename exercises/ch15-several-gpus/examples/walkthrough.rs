@@ -190,13 +190,13 @@ fn main() -> anyhow::Result<()> {
     fresh(&group);
 
     println!(
-        "\n== What each rank keeps: 1 Mi parameters, mixed-precision Adam (K = 12), {WORLD} ranks =="
+        "\n== What each rank keeps: 256 Ki parameters, mixed-precision Adam (K = 12), {WORLD} ranks =="
     );
     let mut rows = Vec::new();
     let mut measured = Vec::new();
     for stage in [Stage::Ddp, Stage::Zero1, Stage::Zero2, Stage::Zero3] {
         let training = Training {
-            params: 1 << 20,
+            params: 256 << 10,
             ranks: WORLD as u64,
             optimizer_bytes_per_param: 12,
             stage,

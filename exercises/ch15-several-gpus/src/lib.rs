@@ -147,15 +147,18 @@ pub fn fsdp_step(group: &ProcessGroup, ranks: &mut [FsdpRank], batches: &[Vec<f3
 // ANCHOR: measure
 /// Builds on every rank of `group` what `training` keeps there between steps (fp16 parameters
 /// and gradients, `K/4` fp32 buffers of optimizer state, each whole or the rank's shard) and
-/// measures each rank's allocated bytes after each part: one [`PerRank`] per rank.
+/// measures each rank's allocated bytes after each part: one [`PerRank`] per rank. Up to 256 Ki
+/// parameters (every buffer at most 1 MiB), a multiple of 256 × the world size.
 pub fn measure_per_rank(group: &ProcessGroup, training: Training) -> Result<Vec<PerRank>> {
     let n = group.world_size() as u64;
-    if training.ranks != n || training.params % (256 * n) != 0 {
+    // Every buffer whole blocks of the small pool (at most 1 MiB, a multiple of 512 B): a block
+    // of its own exact size, never a segment's rest.
+    if training.ranks != n || training.params % (256 * n) != 0 || 4 * training.params > MIB {
         return Err(Error::BadCollective {
             op: "measure_per_rank",
             reason: format!(
                 "{training:?} on {n} ranks: give the group's world size and a multiple of 256 × it \
-                 parameters"
+                 parameters, at most 256 Ki"
             ),
         });
     }
