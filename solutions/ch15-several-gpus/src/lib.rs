@@ -87,7 +87,10 @@ pub fn shard_model(group: &ProcessGroup, params: &[f32]) -> Result<Vec<FsdpRank>
     if params.len() % n != 0 {
         return Err(Error::BadCollective {
             op: "shard_model",
-            reason: format!("{} parameters do not split into {n} equal shards", params.len()),
+            reason: format!(
+                "{} parameters do not split into {n} equal shards",
+                params.len()
+            ),
         });
     }
     params
