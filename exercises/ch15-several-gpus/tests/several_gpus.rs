@@ -5,6 +5,7 @@ use ch15_several_gpus::{
     Checkpoint, PerRank, Stage, Training, fsdp_step, load_on_rank, measure_per_rank, shard_model,
 };
 use gpumem::collective::ProcessGroup;
+use gpumem::optim::Optimizer;
 use gpumem::testing::{Draw, Prediction};
 use gpumem::{Buffer, Device};
 
@@ -230,6 +231,36 @@ fn fsdp_step_holds_the_whole_parameters_only_until_the_gradients_are_computed() 
                 shard + 2 * whole,
                 "rank {rank}'s peak: its shard, the gathered parameters and its whole local \
                  gradient; the gathered parameters go before the reduce-scatter"
+            );
+        }
+    })
+}
+
+/// What each rank of torch 2.15's `fully_shard` held after one Adam step of a 16,384-parameter
+/// float32 model on 2 ranks (bench/torch_fsdp2.txt): its parameter shards, their gradients, and
+/// Adam's exp_avg and exp_avg_sq, in bytes. (`crates/workbook/tests/torch_fsdp2.rs` checks that
+/// these are the file's numbers.)
+const TORCH_FSDP2_PER_RANK: [u64; 3] = [32768, 32768, 65536];
+
+#[test]
+fn fsdp_step_holds_what_torchs_fully_shard_holds() {
+    gpumem::testing::seeded(|| {
+        let mut draw = Draw::from_env();
+        let group = gpumem::testing::devices(2);
+        let params: Vec<f32> = (0..16384)
+            .map(|_| draw.range(0, 200) as f32 / 100.0)
+            .collect();
+        let mut ranks = shard_model(&group, &params).expect("shard_model");
+        let batches = drawn_batches(&mut draw, 2, params.len());
+        fsdp_step(&group, &mut ranks, &batches).expect("fsdp_step");
+        for (rank, r) in ranks.iter().enumerate() {
+            let grad = r.shard.grad().expect("a gradient after the step");
+            let adam = r.optimizer.state_bytes();
+            assert_eq!(
+                [4 * r.shard.numel() as u64, 4 * grad.numel() as u64, adam],
+                TORCH_FSDP2_PER_RANK,
+                "rank {rank}: [parameter shard, its gradient, Adam's state], bytes, as torch 2.15's \
+                 fully_shard keeps them"
             );
         }
     })
