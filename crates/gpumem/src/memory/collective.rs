@@ -16,7 +16,7 @@ use crate::memory::device::Device;
 /// The size at which DDP closes its first gradient bucket (torch's
 /// `dist._DEFAULT_FIRST_BUCKET_BYTES`, 1 MiB).
 pub const DEFAULT_FIRST_BUCKET_BYTES: usize = 1 << 20;
-/// The size at which DDP closes every later bucket (`bucket_cap_mb=25`, its default).
+/// The size at which DDP closes every later bucket (`bucket_cap_mb`'s default, 25 MiB).
 pub const DEFAULT_BUCKET_CAP_BYTES: usize = 25 << 20;
 
 /// Ranks that run collectives together, one device each (`torch.distributed`'s process group).
@@ -194,11 +194,11 @@ pub struct GradBuckets {
 }
 
 impl GradBuckets {
-    /// Buckets for gradients of `lens` elements (f32), filled in the order given (DDP passes its
-    /// parameters in reverse, the order backward produces their gradients): a bucket closes once
-    /// it holds `first_bucket_bytes` or more (the first) or `bucket_cap_bytes` or more (every
-    /// later one), as torch's `compute_bucket_assignment_by_size`. Allocates each bucket on
-    /// every rank.
+    /// Buckets for gradients of `lens` elements (f32), filled in the order given: a bucket
+    /// closes once it holds `first_bucket_bytes` or more (the first) or `bucket_cap_bytes` or
+    /// more (every later one), as torch's `compute_bucket_assignment_by_size`. (torch 2.15's DDP
+    /// uses a 1 MiB first bucket only when `bucket_cap_mb` is left at its default, 25.)
+    /// Allocates each bucket on every rank.
     pub fn new(
         group: &ProcessGroup,
         lens: &[usize],
