@@ -51,6 +51,9 @@ mod ch13;
 #[path = "../../../solutions/ch14-after-out-of-memory/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch14;
+#[path = "../../../solutions/ch15-several-gpus/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch15;
 
 /// The page's predictions of each chapter, printed with `{:?}` (their numbers are read back).
 fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
@@ -157,6 +160,24 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                     })
                 })
                 .collect(),
+        ),
+        (
+            "ch15-several-gpus",
+            [
+                ch15::Stage::Ddp,
+                ch15::Stage::Zero1,
+                ch15::Stage::Zero2,
+                ch15::Stage::Zero3,
+            ]
+            .map(|stage| {
+                show(&ch15::predict_per_rank(ch15::Training {
+                    params: 256 << 10,
+                    ranks: 4,
+                    optimizer_bytes_per_param: 12,
+                    stage,
+                }))
+            })
+            .to_vec(),
         ),
     ]
 }
