@@ -288,7 +288,7 @@ fn describe_test_device_uses_the_fixed_format() {
             p.compute_capability.1
         ),
         DeviceKind::Cpu | DeviceKind::CpuN(_) => format!(
-            "{dev}: {}, {}, {} cores",
+            "{}: {}, {}, {} cores",
             *dev,
             p.name,
             format_bytes(p.total_memory),

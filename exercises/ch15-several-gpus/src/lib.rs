@@ -87,7 +87,7 @@ pub struct FsdpRank {
 /// device. The length must divide by the world size (FSDP pads it; here it is refused).
 pub fn shard_model(group: &ProcessGroup, params: &[f32]) -> Result<Vec<FsdpRank>> {
     let n = group.world_size();
-    if params.len() % n != 0 {
+    if !params.len().is_multiple_of(n) {
         return Err(Error::BadCollective {
             op: "shard_model",
             reason: format!(
@@ -137,7 +137,7 @@ pub fn fsdp_step(group: &ProcessGroup, ranks: &mut [FsdpRank], batches: &[Vec<f3
     // compute each rank's local_gradient, let the whole parameters go, reduce-scatter the
     // gradients, average them, and give each rank's shard its gradient for its Adam's step.
     todo!(
-        "one FSDP step of {} ranks on {} batches",
+        "one FSDP step of {} ranks on {} batches, over {group:?}",
         ranks.len(),
         batches.len()
     )
@@ -153,7 +153,8 @@ pub fn measure_per_rank(group: &ProcessGroup, training: Training) -> Result<Vec<
     let n = group.world_size() as u64;
     // Every buffer whole blocks of the small pool (at most 1 MiB, a multiple of 512 B): a block
     // of its own exact size, never a segment's rest.
-    if training.ranks != n || training.params % (256 * n) != 0 || 4 * training.params > MIB {
+    if training.ranks != n || !training.params.is_multiple_of(256 * n) || 4 * training.params > MIB
+    {
         return Err(Error::BadCollective {
             op: "measure_per_rank",
             reason: format!(

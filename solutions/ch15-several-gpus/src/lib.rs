@@ -84,7 +84,7 @@ pub struct FsdpRank {
 /// device. The length must divide by the world size (FSDP pads it; here it is refused).
 pub fn shard_model(group: &ProcessGroup, params: &[f32]) -> Result<Vec<FsdpRank>> {
     let n = group.world_size();
-    if params.len() % n != 0 {
+    if !params.len().is_multiple_of(n) {
         return Err(Error::BadCollective {
             op: "shard_model",
             reason: format!(
@@ -162,7 +162,8 @@ pub fn measure_per_rank(group: &ProcessGroup, training: Training) -> Result<Vec<
     let n = group.world_size() as u64;
     // Every buffer whole blocks of the small pool (at most 1 MiB, a multiple of 512 B): a block
     // of its own exact size, never a segment's rest.
-    if training.ranks != n || training.params % (256 * n) != 0 || 4 * training.params > MIB {
+    if training.ranks != n || !training.params.is_multiple_of(256 * n) || 4 * training.params > MIB
+    {
         return Err(Error::BadCollective {
             op: "measure_per_rank",
             reason: format!(
