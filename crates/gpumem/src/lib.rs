@@ -10,7 +10,7 @@
 //! raw/          the raw backends: the backend trait, cpu (host memory), cuda (driver), driver probe
 //! policy/       the caching allocator: sizes, streams, blocks, settings, statistics, history
 //! formats/      allocation traces (events, file, replay) and torch's snapshot pickles
-//! memory/       what a learner holds: Device, buffers, pinned memory, streams, events, copies
+//! memory/       what a learner holds: Device, buffers, pinned memory, streams, events, copies, collectives
 //! ops/          compute: element-wise kernels, GEMM, attention, dropout, LayerNorm, tiny model
 //! autograd/     tensors, graph and saved tensors, engine, functional, checkpoint, nn, transformer
 //! optim/        SGD, Adam and AdamW
