@@ -404,7 +404,7 @@ fn chapter_14_states_no_peak_before_its_prediction() {
     );
 }
 
-/// Chapters 12, 13 and 14 state every answer of their "Check yourself" questions in their sections:
+/// Chapters 12 to 15 state every answer of their "Check yourself" questions in their sections:
 /// the questions go before the first section (the page's `<!-- check yourself -->` line), so
 /// that "Answer before you scroll on" can be done.
 #[test]
@@ -414,6 +414,7 @@ fn check_yourself_comes_before_the_sections_that_answer_it() {
         "ch12-transformer-activations",
         "ch13-kv-cache",
         "ch14-after-out-of-memory",
+        "ch15-several-gpus",
     ] {
         let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
             .expect("the chapter's page");
@@ -533,6 +534,49 @@ fn chapter_14s_walkthrough_keeps_its_costs_until_the_predictions_match() {
         assert!(
             !costs.contains(shown),
             "the walkthrough shows {shown:?} before the predictions match:\n{costs}"
+        );
+    }
+}
+
+/// Chapter 15's walkthrough measures what each rank keeps under DDP and ZeRO but prints the
+/// table (exercise 3's answer) and the paper's setting only once the learner's predictions match:
+/// run on the stub, it says to predict first.
+#[test]
+fn chapter_15s_walkthrough_keeps_its_table_until_the_predictions_match() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let stub = std::fs::read_to_string(root.join("exercises/ch15-several-gpus/src/predict.rs"))
+        .expect("chapter 15's predictions");
+    if !stub.contains("todo!(") {
+        eprintln!("skipped: exercises/ch15-several-gpus/src/predict.rs is no longer the stub");
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "ch15-several-gpus",
+            "--example",
+            "walkthrough",
+        ])
+        .current_dir(&root)
+        .env("GPUMEM_DEVICE", "cpu")
+        .env_remove("WORKBOOK_ANSWERS")
+        .env_remove("GPUMEM_ALLOC_CONF")
+        .output()
+        .expect("running chapter 15's walkthrough");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    let table = section(&printed, "== What each rank keeps");
+    assert!(
+        table.contains("Predict first: `workbook check ch15`"),
+        "the walkthrough asks the learner to predict first:\n{table}"
+    );
+    for shown in ["Zero1", "Zero3", "GB per GPU"] {
+        assert!(
+            !printed.contains(shown),
+            "the walkthrough shows {shown:?} before the predictions match:\n{printed}"
         );
     }
 }
