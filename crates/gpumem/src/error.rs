@@ -48,8 +48,25 @@ pub enum Error {
         /// How many devices there are.
         count: usize,
     },
+    /// A collective called with buffers it cannot combine (a rank missing, another device, lengths
+    /// that differ).
+    #[error("{op}: {reason}")]
+    BadCollective {
+        /// Which collective.
+        op: &'static str,
+        /// What is wrong, naming the rank.
+        reason: String,
+    },
+    /// A cpu device index past the last one a process may open.
+    #[error("there is no device cpu:{index} (a process may open cpu:0 to cpu:{}, {count} cpu devices)", count - 1)]
+    NoSuchCpuDevice {
+        /// The index asked for.
+        index: usize,
+        /// How many cpu devices a process may open.
+        count: usize,
+    },
     /// A device name that cannot be parsed (for example in `GPUMEM_DEVICE`).
-    #[error("cannot understand device {value:?}: expected auto, cpu, cuda or cuda:N")]
+    #[error("cannot understand device {value:?}: expected auto, cpu, cpu:N, cuda or cuda:N")]
     BadDeviceName {
         /// What was given.
         value: String,

@@ -10,7 +10,7 @@
 //! raw/          the raw backends: the backend trait, cpu (host memory), cuda (driver), driver probe
 //! policy/       the caching allocator: sizes, streams, blocks, settings, statistics, history
 //! formats/      allocation traces (events, file, replay) and torch's snapshot pickles
-//! memory/       what a learner holds: Device, buffers, pinned memory, streams, events, copies
+//! memory/       what a learner holds: Device, buffers, pinned memory, streams, events, copies, collectives
 //! ops/          compute: element-wise kernels, GEMM, attention, dropout, LayerNorm, tiny model
 //! autograd/     tensors, graph and saved tensors, engine, functional, checkpoint, nn, transformer
 //! optim/        SGD, Adam and AdamW
@@ -40,7 +40,7 @@ pub mod testing;
 // The public module paths, as learners, chapters, tests and the workbook name them.
 pub use formats::{snapshot_pickle, trace};
 pub use inference::{kv_cache, serving};
-pub use memory::{activity, buffer, device, pinned, stream, transfer};
+pub use memory::{activity, buffer, collective, device, pinned, stream, transfer};
 pub use policy::{allocator, config, stats};
 pub use raw::{backend, cpu as backend_cpu, cuda as backend_cuda};
 
@@ -67,6 +67,7 @@ pub use self::{
     allocator::{Allocation, CachingAllocator, StreamId},
     backend::DeviceProperties,
     buffer::{Buffer, Element},
+    collective::ProcessGroup,
     config::AllocatorConfig,
     device::{Device, DeviceKind},
     error::{Error, Result},

@@ -191,6 +191,9 @@ fn parse_seed_range(text: &str) -> Option<Range<u64>> {
     (first < end).then_some(first..end)
 }
 
+/// Held by the test that has the devices ([`device`], [`devices`]).
+static EXCLUSIVE: Mutex<()> = Mutex::new(());
+
 /// The device a test runs on, held exclusively by that test until dropped.
 ///
 /// Cargo runs a binary's tests on several threads; stats are per process, so each test takes the
@@ -213,13 +216,46 @@ impl std::ops::Deref for TestDevice {
 /// # Panics
 /// When `GPUMEM_DEVICE` names a device that cannot be opened (a test must not silently fall back).
 pub fn device() -> TestDevice {
-    static EXCLUSIVE: Mutex<()> = Mutex::new(());
     // A test that failed while holding the device poisons the lock; the next test still runs.
     let guard = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
     let device = Device::from_env().unwrap_or_else(|e| panic!("GPUMEM_DEVICE: {e}"));
     reset(&device);
     TestDevice {
         device,
+        _exclusive: guard,
+    }
+}
+
+/// The ranks of a test's process group, the devices held exclusively by that test until
+/// dropped (with [`device`]'s device: one test at a time has any). Dereferences to
+/// [`ProcessGroup`](crate::collective::ProcessGroup).
+pub struct TestDevices {
+    group: crate::memory::collective::ProcessGroup,
+    _exclusive: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for TestDevices {
+    type Target = crate::memory::collective::ProcessGroup;
+    fn deref(&self) -> &crate::memory::collective::ProcessGroup {
+        &self.group
+    }
+}
+
+/// A group of `world_size` ranks on `cpu`, `cpu:1`, ... (always cpu devices, whatever
+/// `GPUMEM_DEVICE` says: a machine has one GPU or a few, a process as many cpu devices as it
+/// opens), taken for this test alone, each device reset as [`device`] resets its own.
+///
+/// # Panics
+/// When `world_size` is 0 or more than [`MAX_CPU_DEVICES`](crate::device::MAX_CPU_DEVICES).
+pub fn devices(world_size: usize) -> TestDevices {
+    let guard = EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let group = crate::memory::collective::ProcessGroup::cpu(world_size)
+        .unwrap_or_else(|e| panic!("a group of {world_size} cpu devices: {e}"));
+    for dev in group.devices() {
+        reset(dev);
+    }
+    TestDevices {
+        group,
         _exclusive: guard,
     }
 }

@@ -13,7 +13,7 @@ fn device_names_parse_and_print_like_torch() {
         assert!(matches!(err, Error::BadDeviceName { .. }), "{bad}: {err}");
         assert!(
             err.to_string()
-                .contains("expected auto, cpu, cuda or cuda:N")
+                .contains("expected auto, cpu, cpu:N, cuda or cuda:N")
         );
     }
 }

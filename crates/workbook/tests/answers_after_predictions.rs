@@ -51,6 +51,9 @@ mod ch13;
 #[path = "../../../solutions/ch14-after-out-of-memory/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch14;
+#[path = "../../../solutions/ch15-several-gpus/src/predict.rs"]
+#[allow(dead_code)] // the test calls only the page\'s predictions
+mod ch15;
 #[path = "../../../solutions/ch16-big-models/src/predict.rs"]
 #[allow(dead_code)] // the test calls only the page\'s predictions
 mod ch16;
@@ -160,6 +163,24 @@ fn page_predictions() -> Vec<(&'static str, Vec<String>)> {
                     })
                 })
                 .collect(),
+        ),
+        (
+            "ch15-several-gpus",
+            [
+                ch15::Stage::Ddp,
+                ch15::Stage::Zero1,
+                ch15::Stage::Zero2,
+                ch15::Stage::Zero3,
+            ]
+            .map(|stage| {
+                show(&ch15::predict_per_rank(ch15::Training {
+                    params: 256 << 10,
+                    ranks: 4,
+                    optimizer_bytes_per_param: 12,
+                    stage,
+                }))
+            })
+            .to_vec(),
         ),
         (
             "ch16-big-models",
@@ -419,7 +440,7 @@ fn chapter_14_states_no_peak_before_its_prediction() {
     );
 }
 
-/// Chapters 12, 13 and 14 state every answer of their "Check yourself" questions in their sections:
+/// Chapters 12 to 15 state every answer of their "Check yourself" questions in their sections:
 /// the questions go before the first section (the page's `<!-- check yourself -->` line), so
 /// that "Answer before you scroll on" can be done.
 #[test]
@@ -429,6 +450,7 @@ fn check_yourself_comes_before_the_sections_that_answer_it() {
         "ch12-transformer-activations",
         "ch13-kv-cache",
         "ch14-after-out-of-memory",
+        "ch15-several-gpus",
     ] {
         let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
             .expect("the chapter's page");
@@ -548,6 +570,49 @@ fn chapter_14s_walkthrough_keeps_its_costs_until_the_predictions_match() {
         assert!(
             !costs.contains(shown),
             "the walkthrough shows {shown:?} before the predictions match:\n{costs}"
+        );
+    }
+}
+
+/// Chapter 15's walkthrough measures what each rank keeps under DDP and ZeRO but prints the
+/// table (exercise 3's answer) and the paper's setting only once the learner's predictions match:
+/// run on the stub, it says to predict first.
+#[test]
+fn chapter_15s_walkthrough_keeps_its_table_until_the_predictions_match() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let stub = std::fs::read_to_string(root.join("exercises/ch15-several-gpus/src/predict.rs"))
+        .expect("chapter 15's predictions");
+    if !stub.contains("todo!(") {
+        eprintln!("skipped: exercises/ch15-several-gpus/src/predict.rs is no longer the stub");
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "ch15-several-gpus",
+            "--example",
+            "walkthrough",
+        ])
+        .current_dir(&root)
+        .env("GPUMEM_DEVICE", "cpu")
+        .env_remove("WORKBOOK_ANSWERS")
+        .env_remove("GPUMEM_ALLOC_CONF")
+        .output()
+        .expect("running chapter 15's walkthrough");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    let table = section(&printed, "== What each rank keeps");
+    assert!(
+        table.contains("Predict first: `workbook check ch15`"),
+        "the walkthrough asks the learner to predict first:\n{table}"
+    );
+    for shown in ["Zero1", "Zero3", "GB per GPU"] {
+        assert!(
+            !printed.contains(shown),
+            "the walkthrough shows {shown:?} before the predictions match:\n{printed}"
         );
     }
 }

@@ -287,8 +287,9 @@ fn describe_test_device_uses_the_fixed_format() {
             p.compute_capability.0,
             p.compute_capability.1
         ),
-        DeviceKind::Cpu => format!(
-            "cpu: {}, {}, {} cores",
+        DeviceKind::Cpu | DeviceKind::CpuN(_) => format!(
+            "{}: {}, {}, {} cores",
+            *dev,
             p.name,
             format_bytes(p.total_memory),
             p.multi_processor_count

@@ -19,8 +19,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Which device: the host-memory stand-in or a CUDA GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DeviceKind {
-    /// The `cpu` device: the same allocator over host memory.
+    /// The `cpu` device (also named `cpu:0`): the same allocator over host memory.
     Cpu,
+    /// `cpu:N` for N from 1 to [`MAX_CPU_DEVICES`]` - 1`: more cpu devices in the same process,
+    /// each with its own caching allocator and statistics, as torch keeps one allocator state per
+    /// GPU; the ranks of a [`crate::collective::ProcessGroup`] (`cpu:0` is [`DeviceKind::Cpu`]).
+    CpuN(usize),
     /// `cuda:N`.
     Cuda(usize),
 }
@@ -29,6 +33,7 @@ impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceKind::Cpu => write!(f, "cpu"),
+            DeviceKind::CpuN(n) => write!(f, "cpu:{n}"),
             DeviceKind::Cuda(n) => write!(f, "cuda:{n}"),
         }
     }
@@ -142,6 +147,10 @@ impl Drop for FedProperties {
     }
 }
 
+/// How many cpu devices one process may open (`cpu`, `cpu:1`, ... `cpu:63`): the ZeRO paper's 64
+/// GPUs. Each reserves its own range of address space on first use.
+pub const MAX_CPU_DEVICES: usize = 64;
+
 fn registry() -> &'static Mutex<HashMap<DeviceKind, Device>> {
     static REGISTRY: OnceLock<Mutex<HashMap<DeviceKind, Device>>> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
@@ -151,6 +160,19 @@ impl Device {
     /// The `cpu` device (always there).
     pub fn cpu() -> Device {
         Device::open(DeviceKind::Cpu).expect("the cpu device always opens")
+    }
+
+    /// `cpu:index`: the cpu device numbered `index` (0 is [`Device::cpu`]), with its own caching
+    /// allocator and statistics; an error from [`MAX_CPU_DEVICES`] on.
+    pub fn cpu_n(index: usize) -> Result<Device> {
+        match index {
+            0 => Ok(Device::cpu()),
+            n if n < MAX_CPU_DEVICES => Device::open(DeviceKind::CpuN(n)),
+            n => Err(Error::NoSuchCpuDevice {
+                index: n,
+                count: MAX_CPU_DEVICES,
+            }),
+        }
     }
 
     /// `cuda:ordinal`; an error when CUDA is unavailable or there is no such device.
@@ -206,7 +228,7 @@ impl Device {
         }
     }
 
-    /// The device for a name: `auto`, `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
+    /// The device for a name: `auto`, `cpu` (= `cpu:0`), `cpu:N`, `cuda` (= `cuda:0`) or `cuda:N`.
     pub fn by_name(name: &str) -> Result<Device> {
         BY_NAME_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let trimmed = name.trim();
@@ -218,6 +240,9 @@ impl Device {
             "cpu" => Ok(Device::cpu()),
             "cuda" => Device::cuda(0),
             other => {
+                if let Some(n) = other.strip_prefix("cpu:") {
+                    return Device::cpu_n(n.parse().map_err(|_| bad())?);
+                }
                 let n = other.strip_prefix("cuda:").ok_or_else(bad)?;
                 Device::cuda(n.parse().map_err(|_| bad())?)
             }
@@ -232,11 +257,14 @@ impl Device {
         let mut setup_error = None;
         let mut cuda = None;
         let backend: Arc<dyn DeviceBackend> = match kind {
-            DeviceKind::Cpu => {
-                let backend = CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
+            DeviceKind::Cpu | DeviceKind::CpuN(_) => {
+                let mut backend = CpuBackend::new(cpu_capacity().unwrap_or_else(|e| {
                     setup_error = Some(setting_parts(e));
                     physical_memory()
                 }));
+                if kind != DeviceKind::Cpu {
+                    backend = backend.extra();
+                }
                 backend.set_late_streams(cpu_streams_late().unwrap_or_else(|e| {
                     setup_error.get_or_insert(setting_parts(e));
                     false

@@ -218,7 +218,9 @@ pub fn replay_trace(
     let mut times = Vec::new();
     for _ in 0..repeats.max(1) {
         let stats = match target.kind {
-            DeviceKind::Cpu => once(CpuBackend::new(target.capacity), "cpu", config, trace)?,
+            DeviceKind::Cpu | DeviceKind::CpuN(_) => {
+                once(CpuBackend::new(target.capacity), "cpu", config, trace)?
+            }
             DeviceKind::Cuda(n) => {
                 let backend = CudaBackend::new(n).with_context(|| format!("opening cuda:{n}"))?;
                 once(backend, &format!("cuda:{n}"), config, trace)?
@@ -291,7 +293,7 @@ fn write_snapshot_out(
         Ok((snapshot.context("the replay stopped before it began")?, oom))
     }
     let (snapshot, oom) = match target.kind {
-        DeviceKind::Cpu => recorded(
+        DeviceKind::Cpu | DeviceKind::CpuN(_) => recorded(
             CpuBackend::new(target.capacity),
             "cpu",
             config,
@@ -483,7 +485,9 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
                 memory_fraction: args.memory_fraction,
             };
             let row = match target.kind {
-                DeviceKind::Cpu => what_if(CpuBackend::new(target.capacity), &setup, name, trace),
+                DeviceKind::Cpu | DeviceKind::CpuN(_) => {
+                    what_if(CpuBackend::new(target.capacity), &setup, name, trace)
+                }
                 DeviceKind::Cuda(n) => {
                     let backend =
                         CudaBackend::new(n).with_context(|| format!("opening cuda:{n}"))?;
@@ -548,7 +552,7 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
     let kind = parse_device(&args.device)?;
     let capacity = match (&args.capacity, kind) {
         (None, _) => usize::MAX,
-        (Some(text), DeviceKind::Cpu) => gpumem::format::parse_bytes(text)
+        (Some(text), DeviceKind::Cpu | DeviceKind::CpuN(_)) => gpumem::format::parse_bytes(text)
             .filter(|&n| n > 0)
             .and_then(|n| usize::try_from(n).ok())
             .with_context(|| {
@@ -617,7 +621,7 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
 /// What the replay ran on, in words.
 fn device_line(target: Target) -> String {
     match target.kind {
-        DeviceKind::Cpu => {
+        DeviceKind::Cpu | DeviceKind::CpuN(_) => {
             let name = CpuBackend::new(0)
                 .properties()
                 .map(|p| p.name)
