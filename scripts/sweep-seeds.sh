@@ -51,7 +51,9 @@ TOML
 } > "$scratch/Cargo.toml"
 cp "$root/Cargo.lock" "$scratch/"
 
-# gpumem's test files with randomized tests.
+# gpumem's test files with randomized tests, selected at the root (no `-p gpumem`): cargo then
+# resolves the dependencies' features for the whole workspace, as `cargo test` does, and reuses its
+# build instead of compiling gpumem and its tests again for gpumem alone.
 gpumem_tests=()
 for file in "$root"/crates/gpumem/tests/*.rs; do
   grep -q 'seeded(' "$file" && gpumem_tests+=(--test "$(basename "$file" .rs)")
@@ -63,7 +65,7 @@ mkdir -p "$(dirname "$log")"
 start=$(date +%s)
 echo "building the reference solutions' tests and gpumem's..."
 (cd "$scratch" && CARGO_TARGET_DIR="$root/target" cargo test --workspace --no-run --quiet)
-(cd "$root" && cargo test -p gpumem "${gpumem_tests[@]}" --no-run --quiet)
+(cd "$root" && cargo test "${gpumem_tests[@]}" --no-run --quiet)
 built=$(date +%s)
 
 echo "sweeping seeds $range (log: $log)..."
@@ -72,7 +74,7 @@ export GPUMEM_TEST_SEEDS="$range"
 unset GPUMEM_TEST_SEED
 (cd "$scratch" && CARGO_TARGET_DIR="$root/target" \
   cargo test --workspace --no-fail-fast --quiet -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1
-(cd "$root" && cargo test -p gpumem "${gpumem_tests[@]}" --no-fail-fast --quiet \
+(cd "$root" && cargo test "${gpumem_tests[@]}" --no-fail-fast --quiet \
   -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1
 end=$(date +%s)
 

@@ -242,27 +242,29 @@ fn ptxas_assembles_the_ptx_and_reports_registers_stack_and_spills() -> Result<()
         }
     }
 
-    // The table, as bench/README.md records it.
+    // The table, as bench/README.md records it: printed, and kept in `kernels_usage.md` beside the
+    // PTX (CI prints that file after `cargo test`, which captures this output).
     let tool = version.lines().last().unwrap_or_default().trim();
-    println!("NVRTC {major}.{minor}; ptxas: {tool}");
-    print!("| kernel |");
+    let mut report = format!("NVRTC {major}.{minor}; ptxas: {tool}\n| kernel |");
     for arch in &archs {
-        print!(" sm_{arch} registers | sm_{arch} stack (B) | sm_{arch} spills (B) |");
+        report += &format!(" sm_{arch} registers | sm_{arch} stack (B) | sm_{arch} spills (B) |");
     }
-    println!();
-    println!("|---|{}", "---:|---:|---:|".repeat(archs.len()));
+    report += &format!("\n|---|{}\n", "---:|---:|---:|".repeat(archs.len()));
     for (name, usages) in &table {
-        print!("| `{name}` |");
+        report += &format!("| `{name}` |");
         for u in usages {
-            print!(
+            report += &format!(
                 " {} | {} | {} |",
                 u.registers,
                 u.stack_frame,
                 u.spill_stores + u.spill_loads
             );
         }
-        println!();
+        report += "\n";
     }
+    print!("{report}");
+    let kept = dir.join("kernels_usage.md");
+    std::fs::write(&kept, &report).with_context(|| format!("writing {}", kept.display()))?;
 
     for (name, usages) in &table {
         for (arch, u) in archs.iter().zip(usages) {

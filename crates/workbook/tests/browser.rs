@@ -114,9 +114,16 @@ fn every_page_of_the_book_works_in_headless_chromium() {
         quizzes: root.join("book/quizzes"),
         screenshots: std::env::var_os("WORKBOOK_SCREENSHOTS").map(PathBuf::from),
     };
-    let result = runtime.block_on(check.run(&driver.url));
+    // Two sessions at once, each with its own profile: the pages in one, the views in the
+    // other (the served progress is read-only, so neither sees the other's clicks).
+    let (pages, views) = runtime.block_on(futures_util::future::join(
+        check.run(&driver.url, Part::Pages),
+        check.run(&driver.url, Part::Views),
+    ));
     drop(driver);
-    let report = result.unwrap_or_else(|e| panic!("the browser could not be driven: {e}"));
+    let mut report = pages.unwrap_or_else(|e| panic!("the browser could not be driven: {e}"));
+    let views = views.unwrap_or_else(|e| panic!("the browser could not be driven: {e}"));
+    report.problems.extend(views.problems);
     eprintln!(
         "browser test: {} pages, {} internal links, {} images, {} code blocks, search for {:?} \
          finding {} pages, checked in {:.1} s",
@@ -426,15 +433,25 @@ return document.readyState === 'complete'
   && Array.from(document.images).every(i => i.complete);
 "#;
 
+/// What one browser session checks: every page (loads, links, images, code, quizzes, gates,
+/// progress, search), or the views (every page on a phone, the pictured chapters, the reveals and
+/// the interactive pictures).
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    Pages,
+    Views,
+}
+
 impl BookCheck {
-    async fn run(&self, driver: &str) -> Result<Report, String> {
+    async fn run(&self, driver: &str, part: Part) -> Result<Report, String> {
+        let profile = self.profile.join(format!("{part:?}"));
         let mut caps = serde_json::Map::new();
         caps.insert(
             "goog:chromeOptions".into(),
             json!({
                 "binary": self.chromium,
                 "args": CHROMIUM_ARGS.iter().map(|a| a.to_string())
-                    .chain([format!("--user-data-dir={}", self.profile.display())])
+                    .chain([format!("--user-data-dir={}", profile.display())])
                     .collect::<Vec<_>>(),
             }),
         );
@@ -450,7 +467,10 @@ impl BookCheck {
             Some(Duration::ZERO),
         );
         let result = match client.update_timeouts(timeouts).await {
-            Ok(()) => self.check(&client).await,
+            Ok(()) => match part {
+                Part::Pages => self.check(&client).await,
+                Part::Views => self.check_views(&client).await,
+            },
             Err(e) => Err(format!("setting the session's timeouts: {e}")),
         };
         let _ = client.close().await;
@@ -604,27 +624,6 @@ impl BookCheck {
         report
             .problems
             .extend(self.answers_kept_and_progress_shown(client).await?);
-        report
-            .problems
-            .extend(self.on_a_phone(client, &files).await?);
-        report
-            .problems
-            .extend(self.pictured_chapters_fit_a_phone(client, &files).await?);
-        report
-            .problems
-            .extend(self.answers_open_when_their_exercise_passes(client).await?);
-        report
-            .problems
-            .extend(self.step_through_the_history(client).await?);
-        report
-            .problems
-            .extend(self.pinned_memory_and_streams(client).await?);
-        report
-            .problems
-            .extend(self.step_through_the_block_pool(client).await?);
-        report
-            .problems
-            .extend(self.translated_chapters(client).await?);
 
         let (found, problems) = self.search(client).await?;
         report.search_results = found;
@@ -726,6 +725,27 @@ impl BookCheck {
             .await
             .map_err(|e| format!("resizing the window back: {e}"))?;
         Ok(problems)
+    }
+
+    /// The views: every page on a phone, the pictured chapters in both themes, the answers'
+    /// reveals, the interactive pictures of chapters 3, 7 and 13, and chapter 1 in each
+    /// translation.
+    async fn check_views(&self, client: &Client) -> Result<Report, String> {
+        let files = html_files(&self.dest);
+        let mut problems = self.on_a_phone(client, &files).await?;
+        problems.extend(self.pictured_chapters_fit_a_phone(client, &files).await?);
+        problems.extend(self.answers_open_when_their_exercise_passes(client).await?);
+        problems.extend(self.step_through_the_history(client).await?);
+        problems.extend(self.pinned_memory_and_streams(client).await?);
+        problems.extend(self.step_through_the_block_pool(client).await?);
+        problems.extend(self.translated_chapters(client).await?);
+        for entry in browser_log(client).await? {
+            problems.push(format!("views: browser log: {entry}"));
+        }
+        Ok(Report {
+            problems,
+            ..Report::default()
+        })
     }
 
     /// Answers chapter 3's first question wrongly: the page says so, marks the right choice and
