@@ -52,7 +52,7 @@ pub enum Command {
     /// Build the book (book/) into book/book/ or another directory, with each translation in
     /// its own folder (book/book/ko/, book/book/zh-CN/).
     Book(BookArgs),
-    /// The book's translations: refresh po/messages.pot and merge it into po/<lang>.po
+    /// The book's translations: refresh po/messages.pot and merge it into `po/<lang>.po`
     /// (`update`), or show how much of each page is translated (`coverage`).
     I18n(I18nArgs),
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit

@@ -707,7 +707,11 @@ impl BookCheck {
                 let deadline = Instant::now() + Duration::from_secs(10);
                 let mut at = String::new();
                 while Instant::now() < deadline {
-                    at = client.current_url().await.map_err(|e| e.to_string())?.to_string();
+                    at = client
+                        .current_url()
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .to_string();
                     if at == wanted {
                         break;
                     }
@@ -2282,7 +2286,9 @@ fn html_files(dest: &Path) -> Vec<String> {
             let path = entry.path();
             if path.is_dir()
                 && dir == root
-                && TRANSLATIONS.iter().any(|l| path.file_name() == Some(l.as_ref()))
+                && TRANSLATIONS
+                    .iter()
+                    .any(|l| path.file_name() == Some(l.as_ref()))
             {
                 continue;
             }

@@ -52,7 +52,7 @@ pub struct I18nArgs {
 /// The subcommands of `workbook i18n`.
 #[derive(Debug, Subcommand)]
 pub enum I18nCommand {
-    /// Extract po/messages.pot from the book and merge it into every po/<lang>.po (a changed
+    /// Extract po/messages.pot from the book and merge it into every `po/<lang>.po` (a changed
     /// English message becomes fuzzy).
     Update,
     /// Per page and language: how many messages are translated, fuzzy or untranslated.
@@ -105,7 +105,11 @@ pub fn load_catalog(book_dir: &Path, lang: &str) -> Result<Catalog> {
 /// The language named by a `LANG`-like value (`ko_KR.UTF-8`, `zh_CN`, `zh-CN`), if the book has
 /// it; English (`None`) otherwise.
 pub fn language_from_locale(locale: &str) -> Option<&'static str> {
-    let name = locale.split(['.', '@']).next().unwrap_or("").replace('_', "-");
+    let name = locale
+        .split(['.', '@'])
+        .next()
+        .unwrap_or("")
+        .replace('_', "-");
     LANGUAGES.iter().map(|(code, _)| *code).find(|code| {
         name.eq_ignore_ascii_case(code)
             || name
@@ -340,7 +344,9 @@ impl Translate {
         let english = format!(
             "{}{}",
             "../".repeat(depth),
-            path.with_extension("html").to_string_lossy().replace('\\', "/")
+            path.with_extension("html")
+                .to_string_lossy()
+                .replace('\\', "/")
         );
         format!(
             "<div class=\"wb-stale\" role=\"note\"><p>{} <a href=\"{english}\" hreflang=\"en\" \
@@ -640,8 +646,8 @@ mod tests {
             }
         );
         assert!(coverage.is_stale());
-        let text = translate_markdown("One.\n\nTwo.\n\n```rust\nlet x = 1;\n```\n", &catalog)
-            .unwrap();
+        let text =
+            translate_markdown("One.\n\nTwo.\n\n```rust\nlet x = 1;\n```\n", &catalog).unwrap();
         assert!(
             text.starts_with("하나.\n\nTwo.") && text.contains("let x = 1;"),
             "{text}"
@@ -653,7 +659,11 @@ mod tests {
         let t = Translate {
             book_dir: PathBuf::from("book"),
             lang: "ko".into(),
-            catalog: Arc::new(catalog(&[(STALE, "이 페이지의 일부는 영어 페이지보다 오래되었습니다.", false)])),
+            catalog: Arc::new(catalog(&[(
+                STALE,
+                "이 페이지의 일부는 영어 페이지보다 오래되었습니다.",
+                false,
+            )])),
             script_lines: Vec::new(),
         };
         let banner = t.banner(Path::new("conformance/allocator.md"));
@@ -680,6 +690,9 @@ mod tests {
         assert_eq!(chosen_language(Some("ko")).unwrap(), Some("ko"));
         assert_eq!(chosen_language(Some("en")).unwrap(), None);
         let err = chosen_language(Some("kr")).unwrap_err().to_string();
-        assert!(err.contains("--lang kr") && err.contains("ko, zh-CN"), "{err}");
+        assert!(
+            err.contains("--lang kr") && err.contains("ko, zh-CN"),
+            "{err}"
+        );
     }
 }
