@@ -97,9 +97,51 @@ pub fn load_catalog(book_dir: &Path, lang: &str) -> Result<Catalog> {
                 .join(", ")
         );
     }
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    check_strings(&text).with_context(|| {
+        format!(
+            "{} is not a gettext catalogue (`msgfmt --check {}` says more)",
+            path.display(),
+            path.display()
+        )
+    })?;
     polib::po_file::parse(&path)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("{} is not a readable gettext catalogue", path.display()))
+}
+
+/// Checks that every `msgid`, `msgstr` (...) line and every continuation line of a PO file holds
+/// one quoted string, closed: polib, which reads the file, assumes it and panics otherwise.
+fn check_strings(text: &str) -> Result<()> {
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_end();
+        let quoted = if line.starts_with('"') {
+            line
+        } else if line.starts_with("msg") {
+            match line.split_once(' ') {
+                Some((_, rest)) => rest,
+                None => bail!("line {}: {line:?} has no string", n + 1),
+            }
+        } else {
+            continue;
+        };
+        let inner = quoted
+            .strip_prefix('"')
+            .and_then(|q| q.strip_suffix('"'))
+            .filter(|inner| {
+                let escapes = inner.chars().rev().take_while(|c| *c == '\\').count();
+                escapes % 2 == 0
+            });
+        if inner.is_none() {
+            bail!(
+                "line {}: {line:?} is not one string in double quotes (a quote missing, or an \
+                 unescaped one?)",
+                n + 1
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The language named by a `LANG`-like value (`ko_KR.UTF-8`, `zh_CN`, `zh-CN`), if the book has
@@ -399,6 +441,16 @@ pub fn script_lines(script: &str) -> Vec<String> {
     lines
 }
 
+/// The book's script, `theme/workbook.js` (empty where the book has none).
+pub fn book_script(book_dir: &Path) -> Result<String> {
+    let path = book_dir.join("theme/workbook.js");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
 /// The English book as a reader reads it (after mdBook's includes and the workbook's
 /// preprocessor), for extraction and coverage.
 fn english_pages(book_dir: &Path) -> Result<Book> {
@@ -478,10 +530,7 @@ pub fn extract(book_dir: &Path) -> Result<Catalog> {
     }
     add(STALE, "crates/workbook/src/book/i18n.rs".to_string());
     add(READ_ENGLISH, "crates/workbook/src/book/i18n.rs".to_string());
-    let script = book_dir.join("theme/workbook.js");
-    let text = std::fs::read_to_string(&script)
-        .with_context(|| format!("reading {}", script.display()))?;
-    for line in script_lines(&text) {
+    for line in script_lines(&book_script(book_dir)?) {
         add(&line, "theme/workbook.js".to_string());
     }
     Ok(catalog)
@@ -672,6 +721,15 @@ mod tests {
             "{banner}"
         );
         assert!(banner.contains("오래되었습니다") && banner.contains(READ_ENGLISH));
+    }
+
+    #[test]
+    fn an_unclosed_string_in_a_catalogue_is_an_error_naming_its_line() {
+        assert!(check_strings("msgid \"One\"\nmsgstr \"\"\n\"a \\\"b\\\"\"\n").is_ok());
+        let err = check_strings("msgid \"One\"\nmsgstr \"하나\n").unwrap_err();
+        assert!(err.to_string().starts_with("line 2:"), "{err}");
+        assert!(check_strings("msgstr \"ends in \\\"\n").is_err());
+        assert!(check_strings("msgstr\n").is_err());
     }
 
     #[test]

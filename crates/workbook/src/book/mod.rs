@@ -184,9 +184,7 @@ fn build_language(book_dir: &Path, dest: Option<&Path>, lang: Option<&str>) -> R
         book.with_preprocessor(pages);
         if let (Some(lang), Some(catalog)) = (lang, catalog) {
             book.config.book.language = Some(lang.to_string());
-            let script = book_dir.join("theme/workbook.js");
-            let script = std::fs::read_to_string(&script)
-                .with_context(|| format!("reading {}", script.display()))?;
+            let script = i18n::book_script(book_dir)?;
             book.with_preprocessor(i18n::Translate {
                 book_dir: book_dir.to_path_buf(),
                 lang: lang.to_string(),
