@@ -28,6 +28,17 @@
         return pageLanguage() === 'en' ? root : root + '../';
     }
 
+    // mdBook's search trims from the words searched for every letter beyond ASCII (elasticlunr's
+    // trimmer is \W); a translated book indexes such words (crates/workbook/src/book/i18n.rs),
+    // so its search keeps them. It runs before the index is loaded, at the first search.
+    if (pageLanguage() !== 'en' && typeof elasticlunr !== 'undefined' && elasticlunr.Pipeline) {
+        var trimmer = function (token) {
+            return token.replace(/^[^\p{L}\p{N}_]+/u, '').replace(/[^\p{L}\p{N}_]+$/u, '');
+        };
+        trimmer.label = 'trimmer';
+        elasticlunr.Pipeline.registeredFunctions.trimmer = trimmer;
+    }
+
     // A picker in the menu bar that opens this same page in another language.
     function addLanguagePicker() {
         var buttons = document.querySelector('#mdbook-menu-bar .right-buttons, .right-buttons');

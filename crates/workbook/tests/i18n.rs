@@ -74,6 +74,33 @@ fn translate(path: &Path, translations: &[(&str, &str)]) {
     polib::po_file::write(&catalog, path).expect("ko.po written");
 }
 
+/// Whether the search index of the book in `dir` finds `word` in a page's text.
+fn indexed(dir: &Path, word: &str) -> bool {
+    let file = std::fs::read_dir(dir)
+        .expect("the built book")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.to_string_lossy().contains("searchindex") && p.extension().is_some_and(|e| e == "js")
+        })
+        .expect("a search index");
+    let text = std::fs::read_to_string(file).expect("the search index");
+    let quoted = text
+        .split_once("JSON.parse('")
+        .and_then(|(_, rest)| rest.rsplit_once("'));"))
+        .expect("mdBook's index format")
+        .0;
+    let json = quoted.replace("\\'", "'").replace("\\\\", "\\");
+    let search: serde_json::Value = serde_json::from_str(&json).expect("the index's JSON");
+    let mut node = &search["index"]["index"]["body"]["root"];
+    for c in word.chars() {
+        node = &node[c.to_string()];
+    }
+    node["docs"]
+        .as_object()
+        .is_some_and(|docs| !docs.is_empty())
+}
+
 fn page(dest: &Path, rel: &str) -> String {
     std::fs::read_to_string(dest.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
@@ -132,6 +159,11 @@ fn a_changed_english_message_becomes_fuzzy_and_its_page_shows_the_banner() {
         !page(&dest, "one.html").contains("wb-stale"),
         "English has a banner"
     );
+    assert!(
+        indexed(&dest.join("ko"), "안녕하세요"),
+        "the Korean word is not in the Korean book's search index"
+    );
+    assert!(!indexed(&dest, "안녕하세요"));
 
     // The English changes: the old translation is kept, marked fuzzy, and not shown.
     repo.write("book/src/one.md", "# One\n\nHello, world.\n");

@@ -441,6 +441,116 @@ pub fn script_lines(script: &str) -> Vec<String> {
     lines
 }
 
+/// The longest word, in characters, put in a translated book's search index.
+const LONGEST_INDEXED: usize = 16;
+
+/// Puts the Korean and Chinese words of a translated book's pages into its search index.
+///
+/// mdBook's index (elasticlunr's English pipeline) drops every word that is not ASCII, so a
+/// translated book would find only its code and English names. Each word of the pages' text
+/// that has a letter beyond ASCII goes in as it is (Korean writes spaces between words, and the
+/// search matches the start of a word: `할당자` finds `할당자는`); Chinese, written without
+/// spaces, goes in from each of its characters on, so that any part of a phrase is the start of
+/// an indexed word. `theme/workbook.js` keeps such letters in the words searched for.
+pub fn index_translated_words(out: &Path) -> Result<()> {
+    let Some(file) = std::fs::read_dir(out)
+        .with_context(|| format!("reading {}", out.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("searchindex") && n.ends_with(".js"))
+        })
+    else {
+        return Ok(()); // The book has search turned off.
+    };
+    const START: &str = "window.search = Object.assign(window.search, JSON.parse('";
+    const END: &str = "'));";
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let Some(quoted) = text
+        .trim_end()
+        .strip_prefix(START)
+        .and_then(|t| t.strip_suffix(END))
+    else {
+        bail!(
+            "{} is not the search index mdBook 0.5 writes: its translated words cannot be added",
+            file.display()
+        );
+    };
+    // mdBook escapes `\` and `'` to put the JSON in a single-quoted string.
+    let mut json = String::with_capacity(quoted.len());
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        json.push(if c == '\\' {
+            chars.next().unwrap_or(c)
+        } else {
+            c
+        });
+    }
+    let mut search: serde_json::Value = serde_json::from_str(&json)
+        .with_context(|| format!("reading the search index {}", file.display()))?;
+    let index = &mut search["index"];
+    let docs = index["documentStore"]["docs"].clone();
+    let Some(docs) = docs.as_object() else {
+        return Ok(()); // An index without its documents' text (search `save` off).
+    };
+    for (reference, doc) in docs {
+        for field in ["title", "body", "breadcrumbs"] {
+            let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+            for word in translated_words(doc[field].as_str().unwrap_or_default()) {
+                *counts.entry(word).or_default() += 1;
+            }
+            let root = &mut index["index"][field]["root"];
+            for (word, count) in counts {
+                let mut node = &mut *root;
+                for c in word.chars() {
+                    let key = c.to_string();
+                    if node.get(&key).is_none() {
+                        node[&key] = serde_json::json!({ "df": 0, "docs": {} });
+                    }
+                    node = &mut node[&key];
+                }
+                if node["docs"].get(reference).is_none() {
+                    let df = node["df"].as_u64().unwrap_or(0);
+                    node["df"] = (df + 1).into();
+                }
+                node["docs"][reference] = serde_json::json!({ "tf": (count as f64).sqrt() });
+            }
+        }
+    }
+    let json = search
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('\'', "\\'");
+    std::fs::write(&file, format!("{START}{json}{END}"))
+        .with_context(|| format!("writing {}", file.display()))
+}
+
+/// The words of `text` that the English index leaves out (see [`index_translated_words`]),
+/// lowercased: each word with a letter beyond ASCII, and each Chinese word from each of its
+/// characters on.
+fn translated_words(text: &str) -> Vec<String> {
+    let is_han =
+        |c: char| ('\u{4e00}'..='\u{9fff}').contains(&c) || ('\u{3400}'..='\u{4dbf}').contains(&c);
+    let mut words = Vec::new();
+    for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+        if word.is_ascii() || word.is_empty() {
+            continue;
+        }
+        let chars: Vec<char> = word.to_lowercase().chars().collect();
+        for start in 0..chars.len() {
+            if start > 0 && !is_han(chars[start]) {
+                continue;
+            }
+            let end = chars.len().min(start + LONGEST_INDEXED);
+            words.push(chars[start..end].iter().collect());
+        }
+    }
+    words
+}
+
 /// The book's script, `theme/workbook.js` (empty where the book has none).
 pub fn book_script(book_dir: &Path) -> Result<String> {
     let path = book_dir.join("theme/workbook.js");
@@ -730,6 +840,26 @@ mod tests {
         assert!(err.to_string().starts_with("line 2:"), "{err}");
         assert!(check_strings("msgstr \"ends in \\\"\n").is_err());
         assert!(check_strings("msgstr\n").is_err());
+    }
+
+    #[test]
+    fn korean_words_go_in_whole_and_chinese_from_each_character_on() {
+        assert_eq!(
+            translated_words("할당자는 `memory_allocated`를 셉니다."),
+            vec!["할당자는", "를", "셉니다"]
+        );
+        assert_eq!(
+            translated_words("缓存分配器，empty_cache 释放"),
+            vec![
+                "缓存分配器",
+                "存分配器",
+                "分配器",
+                "配器",
+                "器",
+                "释放",
+                "放"
+            ]
+        );
     }
 
     #[test]

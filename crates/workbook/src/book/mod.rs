@@ -199,7 +199,11 @@ fn build_language(book_dir: &Path, dest: Option<&Path>, lang: Option<&str>) -> R
                 lang.unwrap_or("en")
             )
         })?;
-        Ok(book.root.join(&book.config.build.build_dir))
+        let out = book.root.join(&book.config.build.build_dir);
+        if lang.is_some() {
+            i18n::index_translated_words(&out)?;
+        }
+        Ok(out)
     });
     let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
     let mut errors = Vec::new();
