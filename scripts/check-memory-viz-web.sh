@@ -11,6 +11,11 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/gpumem-workbook/npm. Nothing of torch's or d3's is committed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workbook binary: $WORKBOOK_BIN when set (CI points it at the one `cargo test` built),
+# else built and run by cargo.
+workbook() {
+  if [ -n "${WORKBOOK_BIN:-}" ]; then "$WORKBOOK_BIN" "$@"; else cargo run -q -p workbook -- "$@"; fi
+}
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpumem-workbook"
 viewer="${GPUMEM_MEMORYVIZ_JS:-$cache/memoryviz/MemoryViz.js}"
 if [ ! -f "$viewer" ]; then
@@ -30,12 +35,12 @@ if [ ! -f "$d3" ]; then
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-GPUMEM_DEVICE=cpu cargo run -q -p gpumem --example dump_snapshot -- "$tmp/dump_snapshot.pickle"
-GPUMEM_DEVICE=cpu cargo run -q -p gpumem --example dump_snapshot -- --pinned "$tmp/pinned.pickle"
-cargo run -q -p workbook -- replay bench/traces/transformer-step.json --repeat 1 \
+GPUMEM_DEVICE=cpu cargo run -q --example dump_snapshot -- "$tmp/dump_snapshot.pickle"
+GPUMEM_DEVICE=cpu cargo run -q --example dump_snapshot -- --pinned "$tmp/pinned.pickle"
+workbook replay bench/traces/transformer-step.json --repeat 1 \
   --snapshot-out "$tmp/transformer-step.pickle" >/dev/null
 # 64 MiB of cpu device memory: event 10 runs out; the snapshot ends with its oom entry.
-if cargo run -q -p workbook -- replay bench/traces/transformer-step.json --repeat 1 \
+if workbook replay bench/traces/transformer-step.json --repeat 1 \
   --capacity 64MiB --snapshot-out "$tmp/transformer-step-oom.pickle" >/dev/null 2>&1; then
   echo "the replay with 64 MiB did not run out of memory" >&2
   exit 1

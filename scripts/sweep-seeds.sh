@@ -10,8 +10,9 @@
 # process, stopping at the first seed that fails and printing it: `seed N failed (rerun with
 # GPUMEM_TEST_SEED=N)`. A randomized test left unwrapped fails under GPUMEM_TEST_SEEDS, so none is
 # skipped unnoticed. The chapters are built once, with their solutions laid over the stubs in a
-# scratch workspace (the shipped files stay untouched), into the repository's target/ (gpumem and
-# the dependencies are those already built there).
+# scratch workspace (the shipped files stay untouched), into target/workbook/target, where
+# `workbook verify` and `grade` build the chapters: gpumem and the dependencies, built there for
+# the chapters' workspaces, are reused.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seeds=${1:-2000}
@@ -64,7 +65,7 @@ mkdir -p "$(dirname "$log")"
 : > "$log"
 start=$(date +%s)
 echo "building the reference solutions' tests and gpumem's..."
-(cd "$scratch" && CARGO_TARGET_DIR="$root/target" cargo test --workspace --no-run --quiet)
+(cd "$scratch" && CARGO_TARGET_DIR="$root/target/workbook/target" cargo test --workspace --no-run --quiet)
 (cd "$root" && cargo test "${gpumem_tests[@]}" --no-run --quiet)
 built=$(date +%s)
 
@@ -72,7 +73,7 @@ echo "sweeping seeds $range (log: $log)..."
 status=0
 export GPUMEM_TEST_SEEDS="$range"
 unset GPUMEM_TEST_SEED
-(cd "$scratch" && CARGO_TARGET_DIR="$root/target" \
+(cd "$scratch" && CARGO_TARGET_DIR="$root/target/workbook/target" \
   cargo test --workspace --no-fail-fast --quiet -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1
 (cd "$root" && cargo test "${gpumem_tests[@]}" --no-fail-fast --quiet \
   -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1

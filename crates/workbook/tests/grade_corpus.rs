@@ -76,19 +76,6 @@ fn repo_root() -> PathBuf {
         .expect("the repository root")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("a folder");
-    for entry in std::fs::read_dir(from).expect("a folder to copy") {
-        let entry = entry.expect("an entry");
-        let dest = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), &dest).expect("a copied file");
-        }
-    }
-}
-
 /// Lays out one crafted submission in `folder` (its contents, as a learner would send them).
 fn lay_out(root: &Path, crafted: &Crafted, folder: &Path) {
     let chapter_dir = |chapter: &str| match crafted.layout.as_deref().unwrap_or("workbook") {
@@ -103,10 +90,10 @@ fn lay_out(root: &Path, crafted: &Crafted, folder: &Path) {
     let base = crafted.base.as_deref().unwrap_or("solutions");
     for chapter in &crafted.chapters {
         let dir = chapter_dir(chapter);
-        copy_dir(&root.join(base).join(chapter).join("src"), &dir.join("src"));
+        common::copy_dir(&root.join(base).join(chapter).join("src"), &dir.join("src"));
         if crafted.with_crate {
             let official = root.join("exercises").join(chapter);
-            copy_dir(&official.join("tests"), &dir.join("tests"));
+            common::copy_dir(&official.join("tests"), &dir.join("tests"));
             std::fs::copy(official.join("Cargo.toml"), dir.join("Cargo.toml")).expect("copy");
         }
     }
@@ -262,7 +249,7 @@ fn hostile(root: &Path, class: &Path) {
 
     // A link that stays inside is left out, with a note; the rest is graded.
     let src = class.join("inside-link").join(CH01).join("src");
-    copy_dir(&root.join("solutions").join(CH01).join("src"), &src);
+    common::copy_dir(&root.join("solutions").join(CH01).join("src"), &src);
     std::os::unix::fs::symlink("lib.rs", src.join("alias.rs")).unwrap();
 
     // Nothing to grade.

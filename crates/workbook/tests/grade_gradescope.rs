@@ -18,18 +18,6 @@ fn repo_root() -> PathBuf {
         .expect("the repository root")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let dest = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), &dest).unwrap();
-        }
-    }
-}
-
 #[test]
 fn run_autograder_grades_a_submission_into_results_json() {
     if common::skip_without_sandbox() {
@@ -137,7 +125,7 @@ fn autograde(dir: &Path, autograder: &Path) -> serde_json::Value {
     // A student's upload: chapters 1 and 2 solved, in the workbook's layout.
     let submission = autograder.join("submission");
     for chapter in ["ch01-availability", "ch02-transfers"] {
-        copy_dir(
+        common::copy_dir(
             &root.join("solutions").join(chapter).join("src"),
             &submission.join("exercises").join(chapter).join("src"),
         );

@@ -120,6 +120,19 @@ pub fn snapshot(dirs: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
+/// Copies the folder `from` into `to`, recursively (`to` is made).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("a folder");
+    for entry in std::fs::read_dir(from).expect("a folder to copy").flatten() {
+        let dest = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), &dest).expect("a file copied");
+        }
+    }
+}
+
 /// The built `workbook` binary, with the workbook's settings cleared from its environment.
 pub fn workbook() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_workbook"));
