@@ -2,6 +2,71 @@
 (function () {
     'use strict';
 
+    // The book in other languages (crates/workbook/src/book/i18n.rs): a translated page sets
+    // window.wbLines, this script's lines in its language. t(line, x, y) gives a line in the
+    // page's language with {0}, {1} replaced by x, y; `workbook i18n update` finds every call of
+    // t with a quoted line here and puts the line in the catalogues.
+    function t(text) {
+        var args = arguments;
+        var lines = window.wbLines || {};
+        var line = Object.prototype.hasOwnProperty.call(lines, text) ? lines[text] : text;
+        return line.replace(/\{(\d)\}/g, function (whole, i) {
+            return String(args[Number(i) + 1]);
+        });
+    }
+
+    // The languages the book is built in: English at the root, each translation in its folder.
+    var LANGUAGES = [['en', 'English'], ['ko', '한국어'], ['zh-CN', '简体中文']];
+
+    // The page's language, and the English book's root from this page.
+    function pageLanguage() {
+        var lang = document.documentElement.getAttribute('lang') || 'en';
+        return LANGUAGES.some(function (l) { return l[0] === lang; }) ? lang : 'en';
+    }
+    function englishRoot() {
+        var root = typeof path_to_root === 'string' ? path_to_root : '';
+        return pageLanguage() === 'en' ? root : root + '../';
+    }
+
+    // mdBook's search trims from the words searched for every letter beyond ASCII (elasticlunr's
+    // trimmer is \W); a translated book indexes such words (crates/workbook/src/book/i18n.rs),
+    // so its search keeps them. It runs before the index is loaded, at the first search.
+    if (pageLanguage() !== 'en' && typeof elasticlunr !== 'undefined' && elasticlunr.Pipeline) {
+        var trimmer = function (token) {
+            return token.replace(/^[^\p{L}\p{N}_]+/u, '').replace(/[^\p{L}\p{N}_]+$/u, '');
+        };
+        trimmer.label = 'trimmer';
+        elasticlunr.Pipeline.registeredFunctions.trimmer = trimmer;
+    }
+
+    // A picker in the menu bar that opens this same page in another language.
+    function addLanguagePicker() {
+        var buttons = document.querySelector('#mdbook-menu-bar .right-buttons, .right-buttons');
+        if (buttons === null) {
+            return;
+        }
+        var root = typeof path_to_root === 'string' ? path_to_root : '';
+        // This page's path inside its language's book: what follows its root in the address.
+        var base = new URL(root || './', window.location.href).href;
+        var page = window.location.href.indexOf(base) === 0
+            ? window.location.href.slice(base.length) : '';
+        var english = new URL(englishRoot() || './', window.location.href).href;
+        var current = pageLanguage();
+        var select = element('select', 'wb-language');
+        select.setAttribute('aria-label', t('Language'));
+        LANGUAGES.forEach(function (l) {
+            var option = element('option', '', l[1]);
+            option.value = english + (l[0] === 'en' ? '' : l[0] + '/') + page;
+            option.lang = l[0];
+            option.selected = l[0] === current;
+            select.appendChild(option);
+        });
+        select.addEventListener('change', function () {
+            window.location.href = select.value;
+        });
+        buttons.insertBefore(select, buttons.firstChild);
+    }
+
     // Phones show each table row as a card (theme/workbook.css): every cell gets its column's
     // name from the header row.
     function labelTableCells() {
@@ -157,7 +222,7 @@
         var chapters = Object.keys(byChapter).sort();
         if (chapters.length === 0) {
             review.appendChild(element('p', 'wb-review-empty',
-                'No question answered yet: answers given in the chapters show up here.'));
+                t('No question answered yet: answers given in the chapters show up here.')));
             return;
         }
         chapters.forEach(function (chapter) {
@@ -171,25 +236,26 @@
             section.setAttribute('data-chapter', chapter);
             var heading = element('h2', '', chapter);
             section.appendChild(heading);
-            section.appendChild(element('p', 'wb-review-count', entries.length +
-                ' answered, ' + wrong.length + ' wrongly' + (wrong.length > 0 ? ':' : '.')));
+            section.appendChild(element('p', 'wb-review-count', wrong.length > 0
+                ? t('{0} answered, {1} wrongly:', entries.length, wrong.length)
+                : t('{0} answered, {1} wrongly.', entries.length, wrong.length)));
             wrong.forEach(function (e) {
                 var kept = e[1];
                 var item = element('div', 'wb-review-question');
-                var link = element('a', '', kept.prompt || ('Question ' + kept.number));
+                var link = element('a', '', kept.prompt || t('Question {0}.', kept.number));
                 link.href = (kept.page || (chapter + '.html')) + '#wb-question-' + chapter + '-' +
                     kept.number;
                 var p = element('p', 'wb-review-prompt');
                 p.appendChild(link);
                 item.appendChild(p);
-                item.appendChild(element('p', 'wb-review-answer', 'Right: ' +
-                    (kept.answers || []).join('; ')));
+                item.appendChild(element('p', 'wb-review-answer', t('Right: {0}',
+                    (kept.answers || []).join('; '))));
                 var why = element('div', 'wb-review-explanation');
                 why.innerHTML = kept.explanation || '';
                 item.appendChild(why);
                 section.appendChild(item);
             });
-            var reset = element('button', 'wb-review-reset', 'Forget my answers in ' + chapter);
+            var reset = element('button', 'wb-review-reset', t('Forget my answers in {0}', chapter));
             reset.type = 'button';
             reset.addEventListener('click', function () {
                 entries.forEach(function (e) {
@@ -210,8 +276,8 @@
         if (!/^https?:$/.test(window.location.protocol) || typeof fetch !== 'function') {
             return;
         }
-        var root = typeof path_to_root === 'string' ? path_to_root : '';
-        fetch(root + 'workbook-progress.json', { cache: 'no-store' }).then(function (r) {
+        // The server answers it at the English book's root, for every language.
+        fetch(englishRoot() + 'workbook-progress.json', { cache: 'no-store' }).then(function (r) {
             var json = r.headers.get('Content-Type') || '';
             return r.ok && json.indexOf('application/json') === 0 ? r.json() : null;
         }).then(function (progress) {
@@ -231,10 +297,10 @@
                     return;
                 }
                 var text = exercise.state === 'done'
-                    ? '✓ Done: all ' + exercise.total + ' tests pass.'
+                    ? t('✓ Done: all {0} tests pass.', exercise.total)
                     : exercise.state === 'failing'
-                        ? '✗ Failing: ' + exercise.passed + ' of ' + exercise.total + ' tests pass.'
-                        : '· Not started yet.';
+                        ? t('✗ Failing: {0} of {1} tests pass.', exercise.passed, exercise.total)
+                        : t('· Not started yet.');
                 var mark = element('p', 'wb-progress wb-progress-' + exercise.state, text);
                 box.insertBefore(mark, box.firstChild);
             });
@@ -257,7 +323,7 @@
                     if (chapter && chapter.done && !a.classList.contains('wb-done')) {
                         a.classList.add('wb-done');
                         a.appendChild(element('span', 'wb-done-mark', ' ✓'));
-                        a.setAttribute('title', 'done: every test passes');
+                        a.setAttribute('title', t('done: every test passes'));
                     }
                 });
             };
@@ -305,7 +371,7 @@
                         c.classList.add('wb-wrong');
                     }
                 });
-                say(right ? 'Right.' : 'Not quite.');
+                say(right ? t('Right.') : t('Not quite.'));
                 if (explanation !== null) {
                     explanation.hidden = false;
                     explanation.open = true;
@@ -353,7 +419,7 @@
                     return c.querySelector('input').checked;
                 });
                 if (picked.length === 0) {
-                    say('Tick at least one box first.');
+                    say(t('Tick at least one box first.'));
                     return;
                 }
                 answer(picked);
@@ -629,7 +695,7 @@
         var map = view.segments;
         map.replaceChildren();
         if (segments.length === 0) {
-            map.appendChild(element('p', 'wb-mv-none', 'No segment is reserved after this event.'));
+            map.appendChild(element('p', 'wb-mv-none', t('No segment is reserved after this event.')));
         }
         var largest = Math.max.apply(null, segments.map(function (s) {
             return s.size;
@@ -720,12 +786,12 @@
         }
         var legend = element('p', 'wb-mv-legend');
         [['wb-mv-key-allocated', 'allocated'], ['wb-mv-key-reserved', 'reserved'],
-         ['wb-mv-key-live', 'live block'], ['wb-mv-key-new', 'allocated by this event'],
-         ['wb-mv-key-pending', 'freed, not yet back in the cache'],
-         ['wb-mv-key-free', 'free in a segment']]
+         ['wb-mv-key-live', t('live block')], ['wb-mv-key-new', t('allocated by this event')],
+         ['wb-mv-key-pending', t('freed, not yet back in the cache')],
+         ['wb-mv-key-free', t('free in a segment')]]
             .concat(history.trace.some(function (r) {
                 return r[0] === 'oom';
-            }) ? [['wb-mv-key-oom', 'out of memory']] : [])
+            }) ? [['wb-mv-key-oom', t('out of memory')]] : [])
             .forEach(function (k) {
                 var item = element('span', 'wb-mv-key');
                 item.append(element('span', 'wb-mv-swatch ' + k[0]), document.createTextNode(k[1]));
@@ -734,7 +800,7 @@
         view.appendChild(legend);
         view.segments = element('div', 'wb-mv-segments');
         view.appendChild(view.segments);
-        var hint = 'Hover over or tap a block for its size, requested size and stream.';
+        var hint = t('Hover over or tap a block for its size, requested size and stream.');
         view.block = element('p', 'wb-mv-block-info', hint);
         view.block.setAttribute('aria-live', 'polite');
         view.appendChild(view.block);
@@ -849,7 +915,7 @@
             return a - b;
         });
         var info = element('p', 'wb-mv-block-info',
-                           'Hover over or tap a span for what it was: stream, bytes, pinned block.');
+                           t('Hover over or tap a span for what it was: stream, bytes, pinned block.'));
         info.setAttribute('aria-live', 'polite');
         var spans = [];
         var lane = function (name, calls, block) {
@@ -926,7 +992,7 @@
         });
         var legend = element('p', 'wb-mv-legend');
         [['wb-av-host_to_device', 'copy host→device'], ['wb-av-device_to_host', 'copy device→host'],
-         ['wb-av-kernel', 'kernel'], ['wb-av-inuse', 'pinned block in use']]
+         ['wb-av-kernel', t('kernel')], ['wb-av-inuse', t('pinned block in use')]]
             .forEach(function (k) {
                 var item = element('span', 'wb-mv-key');
                 item.append(element('span', 'wb-mv-swatch ' + k[0]), document.createTextNode(k[1]));
@@ -1040,14 +1106,14 @@
         var said = element('p', 'wb-mv-event');
         said.setAttribute('aria-live', 'polite');
         view.appendChild(said);
-        view.appendChild(element('p', 'wb-mv-segment-name', 'The pool (block numbers)'));
+        view.appendChild(element('p', 'wb-mv-segment-name', t('The pool (block numbers)')));
         var pool = element('div', 'wb-kv-pool');
         view.appendChild(pool);
         view.appendChild(element('p', 'wb-mv-segment-name',
-                                 'The block tables: each running request’s blocks, in token order'));
+                                 t('The block tables: each running request’s blocks, in token order')));
         var tables = element('div', 'wb-kv-tables');
         view.appendChild(tables);
-        var info = element('p', 'wb-mv-block-info', 'Hover over or tap a block for what it holds.');
+        var info = element('p', 'wb-mv-block-info', t('Hover over or tap a block for what it holds.'));
         info.setAttribute('aria-live', 'polite');
         view.appendChild(info);
         var cell = function (block, request, filled) {
@@ -1134,6 +1200,7 @@
     }
 
     function ready() {
+        addLanguagePicker();
         labelTableCells();
         openGates();
         answerQuestions();

@@ -1,7 +1,7 @@
 //! The command line: every command of `workbook`, gathered here; each command's flags live beside
 //! it (`commands::check::CheckArgs`, `grade::GradeArgs`, ...).
 
-use crate::book::{BookArgs, pictures::PicturesArgs};
+use crate::book::{BookArgs, i18n::I18nArgs, pictures::PicturesArgs};
 use crate::commands::{
     check::CheckArgs, diff::DiffArgs, hint::HintArgs, inspect::InspectArgs, list::ListArgs,
     replay::ReplayArgs, reset::ResetArgs, solution::SolutionArgs, start::StartArgs,
@@ -49,8 +49,12 @@ pub enum Command {
     Doctor,
     /// Prove that every test fails on the stubs and passes on the reference solutions.
     Verify(VerifyArgs),
-    /// Build the book (book/) into book/book/ or another directory.
+    /// Build the book (book/) into book/book/ or another directory, with each translation in
+    /// its own folder (book/book/ko/, book/book/zh-CN/).
     Book(BookArgs),
+    /// The book's translations: refresh po/messages.pot and merge it into `po/<lang>.po`
+    /// (`update`), or show how much of each page is translated (`coverage`).
+    I18n(I18nArgs),
     /// Grade submissions with the official (and hidden) tests: a table, Gradescope JSON, JUnit
     /// XML, CSV, and a feedback report per student.
     Grade(GradeArgs),

@@ -78,6 +78,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Book(args) => book::run(cli.root.as_deref(), &args),
+        Command::I18n(args) => book::i18n::run(cli.root.as_deref(), &args),
         Command::Viz(args) => viz::run(&args),
         Command::Pictures(args) => pictures::run(cli.root.as_deref(), &args),
         Command::Replay(args) => replay::run(&args),

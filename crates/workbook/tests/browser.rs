@@ -639,8 +639,101 @@ impl BookCheck {
         Ok(report)
     }
 
+    /// Chapter 1 in each translation, at 1280 px and on a phone: the page is in its language
+    /// (`<html lang>`), does not scroll sideways, shows its quiz with its choices, and its
+    /// language picker opens the same page in English and back.
+    async fn translated_chapters(&self, client: &Client) -> Result<Vec<String>, String> {
+        const PAGE: &str = "ch01-availability.html";
+        let mut problems = Vec::new();
+        for lang in TRANSLATIONS {
+            let file = format!("{lang}/{PAGE}");
+            for (width, phone) in [(1280, false), (PHONE_WIDTH, true)] {
+                client
+                    .set_window_size(width, 900)
+                    .await
+                    .map_err(|e| format!("resizing the window: {e}"))?;
+                self.open(client, &file).await?;
+                for problem in self.overflow(client, &file, phone).await? {
+                    problems.push(format!("at {width} px, {problem}"));
+                }
+                let seen = client
+                    .execute(
+                        "return { lang: document.documentElement.lang, \
+                         options: Array.from(document.querySelectorAll('select.wb-language option')) \
+                           .map(o => [o.lang, o.selected]), \
+                         choices: document.querySelectorAll('.wb-question .wb-choice').length, \
+                         picker: (() => { const r = document.querySelector('select.wb-language'); \
+                           if (!r) return false; const b = r.getBoundingClientRect(); \
+                           return b.width > 0 && b.right <= window.innerWidth; })() };",
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| format!("inspecting {file}: {e}"))?;
+                if seen["lang"] != json!(lang) {
+                    problems.push(format!("{file}: <html lang> is {}", seen["lang"]));
+                }
+                let options = seen["options"].as_array().cloned().unwrap_or_default();
+                if options.len() != 1 + TRANSLATIONS.len()
+                    || !options.contains(&json!([lang, true]))
+                {
+                    problems.push(format!(
+                        "at {width} px, {file}: the language picker offers {options:?}"
+                    ));
+                }
+                if seen["picker"] != json!(true) {
+                    problems.push(format!(
+                        "at {width} px, {file}: the language picker is not in the window"
+                    ));
+                }
+                if seen["choices"].as_u64().unwrap_or(0) < 3 {
+                    problems.push(format!(
+                        "at {width} px, {file}: the quiz shows {} choices",
+                        seen["choices"]
+                    ));
+                }
+            }
+            // The picker keeps the reader on the page: to English and back.
+            for (to, expected) in [("en", PAGE.to_string()), (lang, file.clone())] {
+                client
+                    .execute(
+                        "const s = document.querySelector('select.wb-language'); \
+                         s.value = Array.from(s.options).find(o => o.lang === arguments[0]).value; \
+                         s.dispatchEvent(new Event('change'));",
+                        vec![json!(to)],
+                    )
+                    .await
+                    .map_err(|e| format!("{file}: choosing {to} in the picker: {e}"))?;
+                let wanted = format!("{}{expected}", self.base);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mut at = String::new();
+                while Instant::now() < deadline {
+                    at = client
+                        .current_url()
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .to_string();
+                    if at == wanted {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                if at != wanted {
+                    problems.push(format!(
+                        "{file}: the picker's {to} led to {at}, not {wanted}"
+                    ));
+                }
+            }
+        }
+        client
+            .set_window_size(1280, 900)
+            .await
+            .map_err(|e| format!("resizing the window back: {e}"))?;
+        Ok(problems)
+    }
+
     /// The views: every page on a phone, the pictured chapters in both themes, the answers'
-    /// reveals, and the interactive pictures of chapters 3, 7 and 13.
+    /// reveals, the interactive pictures of chapters 3, 7 and 13, and chapter 1 in each
+    /// translation.
     async fn check_views(&self, client: &Client) -> Result<Report, String> {
         let files = html_files(&self.dest);
         let mut problems = self.on_a_phone(client, &files).await?;
@@ -649,6 +742,7 @@ impl BookCheck {
         problems.extend(self.step_through_the_history(client).await?);
         problems.extend(self.pinned_memory_and_streams(client).await?);
         problems.extend(self.step_through_the_block_pool(client).await?);
+        problems.extend(self.translated_chapters(client).await?);
         for entry in browser_log(client).await? {
             problems.push(format!("views: browser log: {entry}"));
         }
@@ -2181,11 +2275,23 @@ fn svg_width_and_smallest_font(svg: &str) -> Option<(f64, f64)> {
     smallest.is_finite().then_some((width, smallest))
 }
 
-/// Every `.html` file of the built book, relative to its root, sorted.
+/// The translations' folders in the built book (`workbook book` builds each one there).
+const TRANSLATIONS: [&str; 2] = ["ko", "zh-CN"];
+
+/// Every `.html` file of the built English book, relative to its root, sorted (the
+/// translations are checked by [`BookCheck::translated_chapters`]).
 fn html_files(dest: &Path) -> Vec<String> {
     fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let path = entry.path();
+            if path.is_dir()
+                && dir == root
+                && TRANSLATIONS
+                    .iter()
+                    .any(|l| path.file_name() == Some(l.as_ref()))
+            {
+                continue;
+            }
             if path.is_dir() {
                 walk(&path, root, out);
             } else if path.extension().is_some_and(|e| e == "html")

@@ -6,6 +6,7 @@
 //! mdBook only logs a broken `{{#include}}` and renders the page anyway, and an anchor that is not
 //! in the file silently includes nothing; both are errors here, naming the page and the link.
 
+pub mod i18n;
 pub mod page_outputs;
 pub mod pages;
 pub mod pictures;
@@ -38,17 +39,22 @@ pub struct BookArgs {
     /// The port to serve on (default: 3000, or the next free one).
     #[arg(long, value_name = "N")]
     pub port: Option<u16>,
+    /// The language to open and serve first: en, ko or zh-CN (default: from LANG, else en).
+    /// Every language is built; each page links to itself in the others.
+    #[arg(long, value_name = "LANG")]
+    pub lang: Option<String>,
 }
 
 /// `workbook book`: builds the book, and with `--serve` serves it on 127.0.0.1 until Ctrl-C;
 /// `--open` opens it in the browser (a failure to open is only a warning).
 pub fn run(root: Option<&Path>, args: &BookArgs) -> Result<std::process::ExitCode> {
     let repo = crate::course::app_state::Repo::from_option(root)?;
+    let lang = i18n::chosen_language(args.lang.as_deref())?;
     let out = build(&repo.book_dir(), args.dest.as_deref())?;
     println!("book written to {}", out.display());
     if !args.serve {
         if args.open {
-            let index = out.join("index.html");
+            let index = out.join(lang.unwrap_or("")).join("index.html");
             if let Err(e) = crate::book::serve::open_in_browser(&index.display().to_string()) {
                 eprintln!(
                     "warning: could not open a browser ({e:#}); open {} yourself",
@@ -69,9 +75,11 @@ pub fn run(root: Option<&Path>, args: &BookArgs) -> Result<std::process::ExitCod
             server
         }
     };
-    let server = server.with_progress(std::sync::Arc::new(move || {
-        crate::course::learner::progress_json(&repo)
-    }));
+    let server = server
+        .with_progress(std::sync::Arc::new(move || {
+            crate::course::learner::progress_json(&repo)
+        }))
+        .with_language(lang);
     serve_until_interrupted(server, args.open)
 }
 
@@ -103,46 +111,99 @@ pub fn serve_until_interrupted(
 }
 
 /// Builds the book whose root (with `book.toml`) is `book_dir` into `dest`, or into the book's own
-/// build directory (`book/book/`). Returns where the HTML went.
+/// build directory (`book/book/`): the English book there, and each translation whose catalogue
+/// (`po/<lang>.po`) exists into its `<lang>/` folder. Returns where the English HTML went.
 pub fn build(book_dir: &Path, dest: Option<&Path>) -> Result<PathBuf> {
+    let out = build_language(book_dir, dest, None)?;
+    for (lang, _) in i18n::LANGUAGES {
+        if i18n::po_dir(book_dir).join(format!("{lang}.po")).is_file() {
+            build_language(book_dir, Some(&out.join(lang)), Some(lang))?;
+        }
+    }
+    Ok(out)
+}
+
+/// The workbook's preprocessor for the book in `book_dir`.
+pub fn pages_of(book_dir: &Path) -> pages::WorkbookPages {
+    pages::WorkbookPages {
+        exercises: book_dir.join("../exercises"),
+        quizzes: book_dir.join("quizzes"),
+        solutions: book_dir.join("../solutions"),
+        catalog: None,
+    }
+}
+
+/// The book in `book_dir` as mdBook loads it, with the workbook's preprocessor placed among
+/// those `book.toml` names (not yet added: see [`pages_of`]).
+pub fn load(book_dir: &Path) -> Result<MDBook> {
+    if !book_dir.join("book.toml").is_file() {
+        bail!("{} has no book.toml", book_dir.display());
+    }
+    let mut config = Config::from_disk(book_dir.join("book.toml"))
+        .with_context(|| format!("reading {}", book_dir.display()))?;
+    config.update_from_env()?;
+    if config.contains_key(pages::MDBOOK_QUIZ) {
+        // mdbook-quiz shows the questions: the workbook's preprocessor runs after mdBook's
+        // includes and before mdbook-quiz, which replaces the `{{#quiz ...}}` lines it writes.
+        // Registered under the same name, it keeps the place these keys give it.
+        let table = format!("preprocessor.{}", pages_of(book_dir).name());
+        config.set(format!("{table}.after"), ["links"])?;
+        config.set(format!("{table}.before"), ["quiz"])?;
+    }
+    MDBook::load_with_config(book_dir, config).with_context(|| {
+        format!(
+            "loading the book in {} (SUMMARY.md and every page it lists)",
+            book_dir.display()
+        )
+    })
+}
+
+/// Builds the book in one language (`None`: English) into `dest` or `book/book/`.
+fn build_language(book_dir: &Path, dest: Option<&Path>, lang: Option<&str>) -> Result<PathBuf> {
     if !book_dir.join("book.toml").is_file() {
         bail!("{} has no book.toml", book_dir.display());
     }
     let events = Arc::new(Mutex::new(Vec::new()));
     let subscriber = tracing_subscriber::registry().with(Collect(events.clone()));
     let built = tracing::subscriber::with_default(subscriber, || -> Result<PathBuf> {
-        let pages = pages::WorkbookPages {
-            exercises: book_dir.join("../exercises"),
-            quizzes: book_dir.join("quizzes"),
-            solutions: book_dir.join("../solutions"),
+        let mut pages = pages_of(book_dir);
+        let catalog = match lang {
+            Some(lang) => Some(Arc::new(i18n::load_catalog(book_dir, lang)?)),
+            None => None,
         };
-        let mut config = Config::from_disk(book_dir.join("book.toml"))
-            .with_context(|| format!("reading {}", book_dir.join("book.toml").display()))?;
-        config.update_from_env()?;
-        if config.contains_key(pages::MDBOOK_QUIZ) {
-            // mdbook-quiz shows the questions: the workbook's preprocessor runs after mdBook's
-            // includes and before mdbook-quiz, which replaces the `{{#quiz ...}}` lines it writes.
-            // Registered below under the same name, it keeps the place these keys give it.
-            let table = format!("preprocessor.{}", pages.name());
-            config.set(format!("{table}.after"), ["links"])?;
-            config.set(format!("{table}.before"), ["quiz"])?;
-        }
-        let mut book = MDBook::load_with_config(book_dir, config).with_context(|| {
-            format!(
-                "loading the book in {} (SUMMARY.md and every page it lists)",
-                book_dir.display()
-            )
-        })?;
+        pages.catalog = catalog.clone();
+        let mut book = load(book_dir)?;
         if let Some(dest) = dest {
             book.config.build.build_dir = std::path::absolute(dest)
                 .with_context(|| format!("resolving {}", dest.display()))?;
+        } else if let Some(lang) = lang {
+            book.config.build.build_dir = book.config.build.build_dir.join(lang);
         }
         check_includes(&book)?;
         keep_solutions_out_of_search(&mut book, &pages)?;
         book.with_preprocessor(pages);
-        book.build()
-            .with_context(|| format!("building the book in {}", book_dir.display()))?;
-        Ok(book.root.join(&book.config.build.build_dir))
+        if let (Some(lang), Some(catalog)) = (lang, catalog) {
+            book.config.book.language = Some(lang.to_string());
+            let script = i18n::book_script(book_dir)?;
+            book.with_preprocessor(i18n::Translate {
+                book_dir: book_dir.to_path_buf(),
+                lang: lang.to_string(),
+                catalog,
+                script_lines: i18n::script_lines(&script),
+            });
+        }
+        book.build().with_context(|| {
+            format!(
+                "building the book in {} ({})",
+                book_dir.display(),
+                lang.unwrap_or("en")
+            )
+        })?;
+        let out = book.root.join(&book.config.build.build_dir);
+        if lang.is_some() {
+            i18n::index_translated_words(&out)?;
+        }
+        Ok(out)
     });
     let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
     let mut errors = Vec::new();

@@ -37,6 +37,8 @@ pub struct WorkbookPages {
     /// Where each chapter's reference solution is: `solutions/<chapter>`. A solution page whose
     /// chapter has none (the student edition's) shows no solution, so it is an ordinary page.
     pub solutions: PathBuf,
+    /// The catalogue the quizzes are shown in (see [`crate::book::i18n`]); `None`: English.
+    pub catalog: Option<std::sync::Arc<polib::catalog::Catalog>>,
 }
 
 /// What a page of the book is to the workbook.
@@ -107,7 +109,13 @@ impl Preprocessor for WorkbookPages {
                                 let page_dir = page_dir.parent().unwrap_or(&src);
                                 format!("{{{{#quiz {}}}}}\n\n", relative(page_dir, &file))
                             } else {
-                                quiz.render(&chapter)
+                                let tr = |text: &str| match &self.catalog {
+                                    Some(catalog) => {
+                                        crate::book::i18n::lookup(catalog, text).to_string()
+                                    }
+                                    None => text.to_string(),
+                                };
+                                quiz.render_in(&chapter, &tr)
                                     .map_err(|e| format!("{}: {e:#}", file.display()))?
                             };
                             Ok(with_quiz(&content, &shown))
@@ -647,12 +655,39 @@ impl Quiz {
     /// depends on the prompt. Errors name a question of a kind it cannot show (mdbook-quiz can:
     /// see the instructors' guide).
     pub fn render(&self, chapter: &str) -> Result<String> {
+        self.render_in(chapter, &|text: &str| text.to_string())
+    }
+
+    /// Every text of the quiz a reader reads, for the catalogue: each question's prompt, its
+    /// choices, its right answers and its explanation (the renderer's own lines are
+    /// [`QUIZ_LINES`]).
+    pub fn messages(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for q in &self.questions {
+            let Question::MultipleChoice(q) = q else {
+                continue;
+            };
+            out.push(q.prompt.prompt.clone());
+            out.extend(q.prompt.distractors.iter().cloned());
+            match &q.answer.answer {
+                Answers::One(answer) => out.push(answer.clone()),
+                Answers::All(all) => out.extend(all.iter().cloned()),
+            }
+            out.extend(q.context.as_deref().map(|c| c.trim().to_string()));
+        }
+        out
+    }
+
+    /// [`Quiz::render`] with every text a reader reads passed through `tr` (its translation;
+    /// `{0}` in a line of [`QUIZ_LINES`] stands for a number or an answer).
+    pub fn render_in(&self, chapter: &str, tr: &dyn Fn(&str) -> String) -> Result<String> {
         const ONLY: &str = "the built-in renderer cannot show it \
                             (mdbook-quiz can: see \"Self-check questions\" in \
                             book/src/instructors.md)";
-        let mut out = String::from(
-            "## Check yourself\n\n\
-             Answer before you scroll on: each question explains itself once answered.\n\n",
+        let mut out = format!(
+            "{QUIZ_START}\n\n## {}\n\n{}\n\n",
+            tr(QUIZ_LINES[0]),
+            tr(QUIZ_LINES[1])
         );
         for (i, q) in self.questions.iter().enumerate() {
             let n = i + 1;
@@ -679,13 +714,15 @@ impl Quiz {
             let id = format!("wb-question-{chapter}-{n}");
             out.push_str(&format!(
                 "<div class=\"wb-question\" id=\"{id}\">\n\
-                 <p class=\"wb-prompt\" id=\"{id}-prompt\"><strong>Question {n}.</strong> {}</p>\n",
-                inline(&q.prompt.prompt)
+                 <p class=\"wb-prompt\" id=\"{id}-prompt\"><strong>{}</strong> {}</p>\n",
+                inline(&tr(QUIZ_LINES[2])).replace("{0}", &n.to_string()),
+                inline(&tr(&q.prompt.prompt))
             ));
             if several {
                 out.push_str(&format!(
-                    "<p class=\"wb-pick\">Pick all that apply.</p>\n\
-                     <div class=\"wb-choices\" role=\"group\" aria-labelledby=\"{id}-prompt\">\n"
+                    "<p class=\"wb-pick\">{}</p>\n\
+                     <div class=\"wb-choices\" role=\"group\" aria-labelledby=\"{id}-prompt\">\n",
+                    inline(&tr(QUIZ_LINES[3]))
                 ));
             } else {
                 out.push_str("<div class=\"wb-choices\">\n");
@@ -695,38 +732,64 @@ impl Quiz {
                     out.push_str(&format!(
                         "<label class=\"wb-choice\" data-right=\"{right}\">\
                          <input type=\"checkbox\"> <span>{}</span></label>\n",
-                        inline(text)
+                        inline(&tr(text))
                     ));
                 } else {
                     out.push_str(&format!(
                         "<button type=\"button\" class=\"wb-choice\" data-right=\"{right}\">{}</button>\n",
-                        inline(text)
+                        inline(&tr(text))
                     ));
                 }
             }
             out.push_str("</div>\n");
             if several {
-                out.push_str(
-                    "<button type=\"button\" class=\"wb-submit\" hidden>Check my answer</button>\n",
-                );
+                out.push_str(&format!(
+                    "<button type=\"button\" class=\"wb-submit\" hidden>{}</button>\n",
+                    inline(&tr(QUIZ_LINES[4]))
+                ));
             }
             let answer = if several {
-                let items: Vec<String> = answers.iter().map(|a| format!("- {a}\n")).collect();
-                format!("**The right answers:**\n\n{}\n", items.concat())
+                let items: Vec<String> = answers.iter().map(|a| format!("- {}\n", tr(a))).collect();
+                format!("**{}**\n\n{}\n", tr(QUIZ_LINES[5]), items.concat())
             } else {
-                format!("**The answer: {}.** ", answers[0].trim_end_matches('.'))
+                let answer = tr(answers[0]);
+                let answer = answer.trim_end_matches(['.', '。']);
+                format!("**{}** ", tr(QUIZ_LINES[6]).replace("{0}", answer))
             };
             out.push_str(&format!(
                 "<p class=\"wb-verdict\" aria-live=\"polite\"></p>\n\
                  <details class=\"wb-explanation\">\n\
-                 <summary>The answer and why</summary>\n\n\
+                 <summary>{}</summary>\n\n\
                  {answer}{}\n\n</details>\n</div>\n\n",
-                q.context.as_deref().unwrap_or_default().trim()
+                inline(&tr(QUIZ_LINES[7])),
+                tr(q.context.as_deref().unwrap_or_default().trim())
             ));
         }
+        out.push_str(QUIZ_END);
+        out.push_str("\n\n");
         Ok(out)
     }
 }
+
+/// The lines the built-in quiz renderer writes around a quiz's own texts, in the order
+/// [`Quiz::render_in`] uses them (`{0}`: the question's number, or the right answer).
+pub const QUIZ_LINES: [&str; 8] = [
+    "Check yourself",
+    "Answer before you scroll on: each question explains itself once answered.",
+    "Question {0}.",
+    "Pick all that apply.",
+    "Check my answer",
+    "The right answers:",
+    "The answer: {0}.",
+    "The answer and why",
+];
+
+/// The comment a rendered quiz starts with: the translation counts the quiz's messages from its
+/// file, not from the page.
+pub const QUIZ_START: &str = "<!-- wb-quiz -->";
+
+/// The comment a rendered quiz ends with.
+pub const QUIZ_END: &str = "<!-- /wb-quiz -->";
 
 /// A question's choices in the order shown, each with whether it is right: its wrong answers
 /// with its right `answers` placed among them (see [`Quiz::render`]).

@@ -25,6 +25,8 @@ pub struct Server {
     addr: SocketAddr,
     root: PathBuf,
     progress: Option<Progress>,
+    /// The folder of the language the reader starts in (`ko/`), empty for English.
+    language: String,
 }
 
 /// Makes [`PROGRESS_PATH`]'s answer: the learner's progress as JSON, read afresh per request.
@@ -94,6 +96,7 @@ impl Server {
             addr,
             root,
             progress: None,
+            language: String::new(),
         })
     }
 
@@ -135,14 +138,22 @@ impl Server {
         self
     }
 
+    /// Starts the reader in the book in `lang` (built in its folder): [`Server::url`] leads
+    /// there. `None`: English.
+    pub fn with_language(mut self, lang: Option<&str>) -> Server {
+        self.language = lang.map(|l| format!("{l}/")).unwrap_or_default();
+        self
+    }
+
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT/`.
+    /// `http://127.0.0.1:PORT/`, with the language's folder when it starts in one
+    /// ([`Server::with_language`]).
     pub fn url(&self) -> String {
-        format!("http://{}/", self.addr)
+        format!("http://{}/{}", self.addr, self.language)
     }
 
     /// A handle that stops the server.

@@ -26,11 +26,15 @@ pub struct StartArgs {
     /// The port to serve on (default: 3000, or the next free one).
     #[arg(long, value_name = "N")]
     pub port: Option<u16>,
+    /// The book's language: en, ko or zh-CN (default: from LANG, else en).
+    #[arg(long, value_name = "LANG")]
+    pub lang: Option<String>,
 }
 
 /// `workbook start`.
 pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
     let repo = Repo::from_option(root)?;
+    let lang = crate::book::i18n::chosen_language(args.lang.as_deref())?;
     let cmd = learner::command_prefix(&repo);
     println!("GPU Memory Workbook\n");
     let (env_lines, env_ok) = environment();
@@ -80,7 +84,7 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
         prepare();
         println!(
             "The book is in {}; open index.html there, or serve it: {cmd} book --serve",
-            learner::shown(&repo, &book)
+            learner::shown(&repo, &book.join(lang.unwrap_or("")))
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -95,9 +99,11 @@ pub fn run(root: Option<&Path>, args: &StartArgs) -> Result<ExitCode> {
         }
     };
     let for_progress = repo.clone();
-    let server = server.with_progress(std::sync::Arc::new(move || {
-        learner::progress_json(&for_progress)
-    }));
+    let server = server
+        .with_progress(std::sync::Arc::new(move || {
+            learner::progress_json(&for_progress)
+        }))
+        .with_language(lang);
     std::thread::spawn(prepare);
     crate::book::serve_until_interrupted(server, args.open)
 }

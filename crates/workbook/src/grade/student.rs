@@ -30,6 +30,8 @@ const CARRIED: &[&str] = &[
     "crates",
     "exercises",
     "book",
+    // The book's translations (`workbook start --lang ko`).
+    "po",
     "bench",
     "conformance",
 ];
