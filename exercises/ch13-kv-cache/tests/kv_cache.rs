@@ -97,12 +97,15 @@ fn token_bytes(config: &KvConfig) -> u64 {
 fn contiguous_prediction_matches_the_allocator() {
     gpumem::testing::seeded(|| {
         let dev = device();
-        // Regions of 300 KiB (small pool), 1.5 and 2 MiB (20 MiB segments), 11.7 MiB (own segment),
-        // then two drawn on this run (a copied number passes one case at most).
+        // Regions of 300 KiB (small pool), 1.5 and 2 MiB (20 MiB segments), 11.7 MiB (own segment);
+        // the pools' edges, exactly 1 MiB (still the small pool) and exactly 10 MiB (already a
+        // segment of its own), in 30 MiB, which no 20 MiB segment divides (so `<` and `<=` give
+        // different counts); then two drawn on this run (a copied number passes one case at most).
         let mut draw = gpumem::testing::Draw::from_env();
         let mut cases: Vec<(usize, u64)> = [300, 1500, 2048, 12_000]
             .map(|max_len| (max_len, 40 * MIB))
             .to_vec();
+        cases.extend([(1024, 30 * MIB), (10_240, 30 * MIB)]);
         for _ in 0..2 {
             cases.push((draw.size(1, 16_000), 2 * MIB * draw.range(10, 40)));
         }
