@@ -166,8 +166,13 @@ fn space_size(capacity: usize, (part, whole): (usize, usize)) -> usize {
     (size / GRANULARITY).max(1) * GRANULARITY
 }
 
-/// Bytes of address space this process may still map under `RLIMIT_AS` (the whole limit where
-/// `/proc` is absent, as in `workbook grade`'s sandbox); `None` without a limit.
+/// Address space the cpu devices of this process hold now (every [`AddressSpace`] alive).
+static SPACE_HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of address space this process may still map under `RLIMIT_AS`; `None` without a limit.
+/// Where `/proc` is absent (as in `workbook grade`'s sandbox) the mapped size is unknown: what the
+/// cpu devices already hold is taken from the limit, so that a further device (`cpu:1`, ...)
+/// takes its share of what is left, not of the whole limit, and leaves the process room.
 fn address_space_left() -> Option<usize> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -184,7 +189,7 @@ fn address_space_left() -> Option<usize> {
     let mapped = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|statm| statm.split_whitespace().next()?.parse::<usize>().ok())
-        .map_or(0, |pages| {
+        .map_or(SPACE_HELD.load(Ordering::Relaxed), |pages| {
             // SAFETY: sysconf only reads system configuration.
             let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
             pages.saturating_mul(usize::try_from(page_size).unwrap_or(4096))
@@ -224,6 +229,7 @@ impl AddressSpace {
                 )
             };
             if mapping != libc::MAP_FAILED {
+                SPACE_HELD.fetch_add(mapping_len, Ordering::Relaxed);
                 let start = (mapping as usize).next_multiple_of(GRANULARITY);
                 return Ok(AddressSpace {
                     mapping: mapping as usize,
@@ -277,6 +283,7 @@ impl Drop for AddressSpace {
         // SAFETY: the mapping is ours; its backend is being dropped, and with it the allocator
         // that was the only one handing out its addresses.
         unsafe { libc::munmap(self.mapping as *mut libc::c_void, self.mapping_len) };
+        SPACE_HELD.fetch_sub(self.mapping_len, Ordering::Relaxed);
     }
 }
 
