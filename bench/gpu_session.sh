@@ -116,7 +116,7 @@ fi
 if [[ snapshot =~ $steps ]]; then
   note "--- snapshots [$(elapsed) s]"
   mkdir -p /tmp/snaps
-  for m in train oom oom-expandable; do
+  for m in ${SNAPSHOT_MODES:-train-cpp oom-cpp empty-cache frag frag-expandable}; do
     timeout 120 python3 bench/record_torch_snapshot.py $m /tmp/snaps/torch-2.11-$m.pickle >> "$out/summary.txt" 2>> "$logs/snapshots.err"
     note "snapshot $m rc=$?"
     timeout 60 .gpu/workbook inspect /tmp/snaps/torch-2.11-$m.pickle > "$logs/inspect-$m.txt" 2>&1
@@ -126,16 +126,25 @@ if [[ snapshot =~ $steps ]]; then
   pack
 fi
 
+if [[ oom =~ $steps ]]; then
+  # real out-of-memory messages and checkpoint loads (chapters 14-16)
+  note "--- torch_cuda_oom [$(elapsed) s]"
+  timeout 90 python3 bench/torch_cuda_oom.py > "$logs/torch_cuda_oom.txt" 2>&1
+  note "torch_cuda_oom rc=$?"
+  cat "$logs/torch_cuda_oom.txt" >> "$out/summary.txt"
+  pack
+fi
+
 if [[ walkthrough =~ $steps ]]; then
   # every chapter's walkthrough on the GPU (solutions laid over the stubs): the book's appendix D
   # has a column for what a GPU gives
   note "--- walkthroughs [$(elapsed) s]"
-  mkdir -p "$out/walkthroughs"
+  mkdir -p "$logs/walkthroughs"
   for w in .gpu/examples/*__walkthrough; do
     [ -x "$w" ] || continue
     ch=$(basename "$w" __walkthrough)
     w=$(cd "$(dirname "$w")" && pwd)/$(basename "$w")
-    (cd "$src/exercises/$ch" && timeout 60 "$w") > "$out/walkthroughs/$ch.txt" 2> "$out/walkthroughs/$ch.err"
+    (cd "$src/exercises/$ch" && timeout 60 "$w") > "$logs/walkthroughs/$ch.txt" 2> "$logs/walkthroughs/$ch.err"
     note "walkthrough $ch rc=$? [$(elapsed) s]"
   done
   pack

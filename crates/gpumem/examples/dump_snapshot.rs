@@ -13,6 +13,13 @@ use gpumem::{Device, HistoryOptions, f16};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("usage: dump_snapshot [--pinned] [FILE.pickle]   (default: snapshot.pickle)");
+        return Ok(());
+    }
+    if let Some(unknown) = args.iter().find(|a| a.starts_with('-') && *a != "--pinned") {
+        anyhow::bail!("dump_snapshot: unknown option {unknown} (usage: dump_snapshot [--pinned] [FILE.pickle])");
+    }
     let pinned = args.iter().any(|a| a == "--pinned");
     let path = args
         .iter()
