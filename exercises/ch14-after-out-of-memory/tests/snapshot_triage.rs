@@ -4,6 +4,7 @@
 
 use ch14_predict::{Block, Lever, MIB, OomState, Owner, Pool, Segment, triage_snapshot};
 use gpumem::allocator::{Allocation, CachingAllocator, StreamId};
+use gpumem::backend::RawMemory;
 use gpumem::backend_cpu::CpuBackend;
 use gpumem::history::{BlockState, SegmentInfo, TraceAction, TraceEntry};
 use gpumem::testing::{Draw, Prediction};
@@ -80,17 +81,26 @@ fn check(case: &str, state: &OomState, lever: Lever) {
 
 /// The state of a snapshot at its last out-of-memory entry, from its segments and trace: a block
 /// allocated after an annotation `step N` belongs to step N, one allocated before any (or before
-/// recording began) is kept. `allowed` and `other_processes` come from the message.
+/// recording began) is kept. A block freed after the error (a program that let go of its tensors
+/// before dumping the snapshot) was live at it. `allowed` and `other_processes` come from the
+/// message.
+///
+/// # Panics
+/// When the trace has no out-of-memory entry, or segments were reserved, released or cut after it
+/// (the state at the error could not be told from the snapshot's).
 fn oom_state(
     segments: &[SegmentInfo],
     trace: &[TraceEntry],
     allowed: Option<u64>,
     other_processes: u64,
 ) -> OomState {
+    let last_oom = trace
+        .iter()
+        .rposition(|e| e.action == TraceAction::Oom)
+        .expect("the trace has an out-of-memory entry");
     let mut step = None;
     let mut owners: HashMap<u64, Option<u64>> = HashMap::new();
-    let mut oom = None;
-    for e in trace {
+    for e in &trace[..last_oom] {
         match e.action {
             TraceAction::Annotation => {
                 if let Some(n) = e.label.as_deref().and_then(|l| l.strip_prefix("step ")) {
@@ -103,11 +113,25 @@ fn oom_state(
             TraceAction::FreeRequested => {
                 owners.remove(&e.addr);
             }
-            TraceAction::Oom => oom = Some((e.size, e.addr, step)),
             _ => {}
         }
     }
-    let (request, free, failed) = oom.expect("the trace has an out-of-memory entry");
+    let mut freed_after = std::collections::HashSet::new();
+    for e in &trace[last_oom + 1..] {
+        match e.action {
+            TraceAction::FreeRequested => {
+                freed_after.insert(e.addr);
+            }
+            TraceAction::FreeCompleted | TraceAction::Snapshot | TraceAction::Annotation => {}
+            other => panic!(
+                "a {} entry after the out-of-memory error: the state at the error is not the \
+                 snapshot's",
+                other.torch_name()
+            ),
+        }
+    }
+    let oom = &trace[last_oom];
+    let (request, free) = (oom.size, oom.addr);
     let segments = segments
         .iter()
         .map(|s| Segment {
@@ -121,9 +145,13 @@ fn oom_state(
                 .iter()
                 .map(|b| Block {
                     size: b.size,
-                    owner: match (b.state, owners.get(&b.address)) {
-                        (BlockState::Inactive, _) => Owner::Free,
-                        (_, Some(Some(n))) => Owner::Step(*n),
+                    owner: match owners.get(&b.address) {
+                        _ if b.state == BlockState::Inactive
+                            && !freed_after.contains(&b.address) =>
+                        {
+                            Owner::Free
+                        }
+                        Some(Some(n)) => Owner::Step(*n),
                         _ => Owner::Kept,
                     },
                 })
@@ -136,7 +164,7 @@ fn oom_state(
         free,
         allowed,
         other_processes,
-        step: failed.unwrap_or(0),
+        step: step.unwrap_or(0),
     }
 }
 
