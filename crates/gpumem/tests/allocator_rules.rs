@@ -467,7 +467,8 @@ fn history_records_allocations_segments_and_ooms() {
     let b = a.malloc(512, S0).unwrap();
     a.free(b, vec![]);
     let _ = a.malloc(8 * MIB, S0).unwrap_err();
-    let actions: Vec<TraceAction> = a.snapshot().trace.iter().map(|e| e.action).collect();
+    let trace = a.snapshot().trace;
+    let actions: Vec<TraceAction> = trace.iter().map(|e| e.action).collect();
     assert_eq!(
         actions,
         [
@@ -479,6 +480,9 @@ fn history_records_allocations_segments_and_ooms() {
             TraceAction::Oom,
         ]
     );
+    // torch 2.15 records the rounded request in the OOM entry (`params.size()`), not the 20 MiB
+    // segment asked of the device (`alloc_size`, what the message's "Tried to allocate" says).
+    assert_eq!(trace[5].size, 8 * MIB as u64, "the OOM entry's size is the request's");
     // Each snapshot taken while recording adds a `snapshot` entry after reading the trace, as
     // torch 2.15's `snapshot()`: the next snapshot shows it.
     let json = a.snapshot().to_json();

@@ -131,11 +131,13 @@ impl<B: RawMemory> CachingAllocator<B> {
         let Some(id) = found else {
             st.stats.num_ooms += 1;
             let (free, total) = self.backend.mem_get_info().unwrap_or((0, 0));
-            // As torch, the OOM entry carries the device's free bytes (`device_free`).
+            // As torch 2.15 (`record_trace(TraceEntry::OOM, device_free, params.size(), ..)`):
+            // the entry carries the device's free bytes and the rounded request, not the
+            // segment that was asked of the device.
             st.history.record(
                 TraceAction::Oom,
                 free as u64,
-                segment_size,
+                rounded,
                 stream,
                 &st.stats,
             );
