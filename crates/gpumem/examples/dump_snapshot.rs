@@ -18,7 +18,9 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(unknown) = args.iter().find(|a| a.starts_with('-') && *a != "--pinned") {
-        anyhow::bail!("dump_snapshot: unknown option {unknown} (usage: dump_snapshot [--pinned] [FILE.pickle])");
+        anyhow::bail!(
+            "dump_snapshot: unknown option {unknown} (usage: dump_snapshot [--pinned] [FILE.pickle])"
+        );
     }
     let pinned = args.iter().any(|a| a == "--pinned");
     let path = args
