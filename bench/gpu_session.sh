@@ -56,6 +56,7 @@ package_dir() {
     gpumem__*) echo "$src/crates/gpumem" ;;
     workbook__*) echo "$src/crates/workbook" ;;
     predict__*) local ch=${1##*__}; echo "$src"/exercises/"${ch%_predict}"-*/predict ;;
+    given__*) local ch=${1##*__}; echo "$src"/exercises/"${ch%_given}"-*/given ;;
     *) echo "$src/exercises/${1%%__*}" ;;
   esac
 }
@@ -77,7 +78,7 @@ if [[ suite =~ $steps ]]; then
   for t in .gpu/bin/gpumem__lib__*; do run_test "$t"; done
   for t in .gpu/bin/*; do
     n=$(basename "$t")
-    [[ $n =~ ^workbook__|memory_limit|^gpumem__lib__ ]] && continue
+    [[ $n =~ ^workbook__|memory_limit|^gpumem__lib__|__example__ ]] && continue
     run_test "$t"
   done
   pack
