@@ -542,3 +542,52 @@ fn diff_compares_every_device_both_files_hold() {
         "{out}"
     );
 }
+
+#[test]
+fn an_oom_from_fragmentation_under_a_cap_is_called_fragmentation() {
+    // 272 MiB free in the first segment's holes, 160 MiB asked, no piece over 32 MiB; the device
+    // had 76.61 GiB free, so a cap refused the new segment. Both are said, fragmentation first.
+    let (o, out, err) = workbook(&["inspect", &corpus("frag-oom")]);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains(
+            "160.00 MiB was asked for; 1.88 GiB reserved = 1.61 GiB held by live blocks (1.61 GiB \
+             asked for, 0 B rounding) + 272.00 MiB free in the segments (largest piece 32.00 \
+             MiB); the device had 76.61 GiB more free. Fragmentation: more than was asked was \
+             free in the cached segments, but not in one piece"
+        ) && out.contains("a cap on this process refused the new memory")
+            && out.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets torch unmap"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_replay_of_the_fragmentation_oom_fails_as_recorded_and_fits_with_expandable_segments() {
+    let file = corpus("frag-oom");
+    // Under the job's 2 GiB, torch's defaults fail at the recorded request, with the numbers
+    // torch's message gives for this state.
+    let (o, _, err) = workbook(&["replay", &file, "--repeat", "1", "--capacity", "2GiB"]);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("Tried to allocate 160.00 MiB")
+            && err.contains("1.61 GiB is allocated by gpumem, and 272.00 MiB is reserved by gpumem but unallocated"),
+        "{err}"
+    );
+    let (o, out, err) = workbook(&[
+        "replay",
+        &file,
+        "--capacity",
+        "2GiB",
+        "--alloc-conf",
+        "",
+        "--alloc-conf",
+        "expandable_segments:True",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["alloc_conf"], "");
+    assert!(rows[0]["oom_at_event"].is_u64(), "{out}");
+    assert_eq!(rows[1]["alloc_conf"], "expandable_segments:True");
+    assert_eq!(rows[1]["oom_at_event"], Value::Null, "{out}");
+}

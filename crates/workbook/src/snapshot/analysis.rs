@@ -677,6 +677,30 @@ fn why(o: &OomRow) -> String {
          small pool serves requests of 1 MiB and less): free it there with \
          torch.cuda.empty_cache(), or allocate on one stream"
             .to_string()
+    } else if o.free_in_segments >= o.requested {
+        // Enough was free in the cache, in pieces: a new segment was needed, and the device (or
+        // a cap on the process) refused it. torch frees only whole free segments before it gives
+        // up, never the free part of one that holds live blocks.
+        let refused = if o.device_free >= o.requested {
+            "the driver was never short (the device had more free): a cap on this process \
+             refused the new memory (torch.cuda.set_per_process_memory_fraction; torch's message \
+             says how much is allowed)"
+        } else {
+            "the device had too little free for a new segment"
+        };
+        if o.expandable {
+            format!(
+                "Fragmentation: more than was asked was free in the mapped pages, but not in one \
+                 piece (the free pages lie between live blocks), and {refused}"
+            )
+        } else {
+            format!(
+                "Fragmentation: more than was asked was free in the cached segments, but not in \
+                 one piece (the holes lie between live blocks of one segment, which torch does \
+                 not release), and {refused}. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+                 lets torch unmap the free pages and map them again where one piece fits"
+            )
+        }
     } else if o.device_free >= o.requested {
         // The allocator asks the driver for a new segment (or, expandable, for more pages) before
         // it gives up; with the device this free, only a limit of its own refuses that: the cap

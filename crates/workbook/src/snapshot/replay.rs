@@ -61,7 +61,9 @@ pub fn read_device_trace(
     } else {
         format!("{name}:cuda:{chosen}")
     };
-    Ok((vec![(label, trace)], Some(why)))
+    // A file with one device to replay needs no word on which.
+    let said = (!one || device.is_some()).then_some(why);
+    Ok((vec![(label, trace)], said))
 }
 
 /// [`read_traces`], keeping only the events in `range` (`--range`): a trace file's events by
