@@ -508,9 +508,10 @@ fn viz_and_replay_take_the_device_with_the_largest_peak_and_say_so() {
         .map(|n| n.as_str().unwrap())
         .collect();
     assert!(
-        notes.iter().any(|n| *n
-            == "replayed device 1: its allocated peak (10.50 GiB) is the largest of devices 0, \
-                1 (--snapshot-device N for another)"),
+        notes.contains(
+            &"replayed device 1: its allocated peak (10.50 GiB) is the largest of devices 0, 1 \
+              (--snapshot-device N for another)"
+        ),
         "{notes:?}"
     );
     let (o, out, err) = workbook(&["replay", &file, "--repeat", "1", "--snapshot-device", "0"]);

@@ -23,6 +23,9 @@ pub fn read_traces(path: &Path) -> Result<Vec<(String, AllocTrace)>> {
     read_traces_in(path, None)
 }
 
+/// Traces to replay, each with its name.
+pub type NamedTraces = Vec<(String, AllocTrace)>;
+
 /// The trace of one device of a snapshot pickle, and why that one, in words: `device` if given,
 /// else the device whose allocated peak is the largest ([`choose_device`]). A gpumem trace file
 /// is one trace, and no device is said.
@@ -30,7 +33,7 @@ pub fn read_device_trace(
     path: &Path,
     range: Option<Range>,
     device: Option<usize>,
-) -> Result<(Vec<(String, AllocTrace)>, Option<String>)> {
+) -> Result<(NamedTraces, Option<String>)> {
     if !snapshot_pickle::is_pickle(path) {
         if let Some(n) = device {
             bail!(
