@@ -284,3 +284,15 @@ fn sites_are_lines_of_the_users_script_not_torchs_modules() {
     );
     assert!(text.contains("record_torch_snapshot.py:45:step"), "{text}");
 }
+
+#[test]
+fn blocks_from_before_recording_and_blocks_without_frames_are_two_sites() {
+    // 28 blocks predate the trace (the file holds no stack for them); 8 were allocated by the
+    // backward pass on autograd's thread, where torch records no Python frame.
+    let (_, text) = inspect("h100-torch-2.11-oom-expandable.pickle");
+    assert!(
+        text.contains("    259.09 MiB        28  (allocated before recording began)")
+            && text.contains("     64.03 MiB         8  (no frames recorded)"),
+        "{text}"
+    );
+}

@@ -69,6 +69,8 @@ impl Change {
 pub struct SiteChange {
     /// Its frames (shown ones, innermost first).
     pub frames: Vec<String>,
+    /// Whether it is the blocks allocated before recording began.
+    pub before_recording: bool,
     /// Live bytes at the peak.
     pub bytes: Change,
     /// Live blocks at the peak.
@@ -117,18 +119,25 @@ pub struct Diff {
 pub fn diff(a: &DeviceReport, b: &DeviceReport) -> Diff {
     // Per site: (bytes, blocks) in A, then in B.
     type Both = ((u64, u64), (u64, u64));
-    let mut sites: BTreeMap<&[String], Both> = BTreeMap::new();
+    let mut sites: BTreeMap<(bool, &[String]), Both> = BTreeMap::new();
     for s in &a.sites {
-        sites.entry(&s.frames).or_default().0 = (s.bytes, s.blocks);
+        sites
+            .entry((s.before_recording, s.frames.as_slice()))
+            .or_default()
+            .0 = (s.bytes, s.blocks);
     }
     for s in &b.sites {
-        sites.entry(&s.frames).or_default().1 = (s.bytes, s.blocks);
+        sites
+            .entry((s.before_recording, s.frames.as_slice()))
+            .or_default()
+            .1 = (s.bytes, s.blocks);
     }
     let mut sites: Vec<SiteChange> = sites
         .into_iter()
         .filter(|(_, (x, y))| x.0 != y.0)
-        .map(|(frames, (x, y))| SiteChange {
+        .map(|((before_recording, frames), (x, y))| SiteChange {
             frames: frames.to_vec(),
+            before_recording,
             bytes: Change::of(x.0, y.0),
             blocks: Change::of(x.1, y.1),
         })
@@ -296,7 +305,7 @@ fn device_text(out: &mut String, d: &Diff, names: &FrameNames) {
             format_bytes(s.bytes.a),
             format_bytes(s.bytes.b),
             format!("{}->{}", s.blocks.a, s.blocks.b),
-            names.stack(&s.frames)
+            names.site(&s.frames, s.before_recording)
         );
     }
 }

@@ -215,7 +215,7 @@ fn device_text(out: &mut String, d: &DeviceReport, names: &FrameNames) {
             "  {:>12}  {:>8}  {}",
             format_bytes(b.size),
             event_text(b.allocated_at),
-            names.stack(&b.frames)
+            names.site(&b.frames, b.allocated_at.is_none())
         );
     }
     let _ = writeln!(
@@ -230,7 +230,7 @@ fn device_text(out: &mut String, d: &DeviceReport, names: &FrameNames) {
             "  {:>12}  {:>8}  {}",
             format_bytes(s.bytes),
             s.blocks,
-            names.stack(&s.frames)
+            names.site(&s.frames, s.before_recording)
         );
     }
     let _ = writeln!(out, "\n  fragmentation at the peak");
@@ -281,7 +281,7 @@ fn device_text(out: &mut String, d: &DeviceReport, names: &FrameNames) {
             "  {:>12}  {:>8}  {}",
             format_bytes(b.size),
             event_text(b.allocated_at),
-            names.stack(&b.frames)
+            names.site(&b.frames, b.allocated_at.is_none())
         );
     }
 }

@@ -171,6 +171,9 @@ pub struct SiteRow {
     /// Its frames, innermost first (`file:line:function` with the file's whole path, as
     /// MemoryViz.js prints them; empty: no frames recorded).
     pub frames: Vec<String>,
+    /// Whether it is the blocks allocated before recording began (no stack in the file), kept
+    /// apart from those whose stack has no frames.
+    pub before_recording: bool,
     /// Bytes live at the peak.
     pub bytes: u64,
     /// Blocks live at the peak.
@@ -540,13 +543,16 @@ impl Reader {
         // A site is the frames shown: by default the first user frame, so that the blocks of
         // one line of the user's are one site whatever torch frames lie under it, and two lines
         // are two sites.
-        let mut sites: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
+        type Site = (bool, Vec<String>);
+        let mut sites: HashMap<Site, (u64, u64)> = HashMap::new();
         for (_, l) in &blocks {
-            let s = sites.entry(frames(l.stack)).or_default();
+            let s = sites
+                .entry((l.stack == NO_STACK, frames(l.stack)))
+                .or_default();
             s.0 += l.size;
             s.1 += 1;
         }
-        let mut sites: Vec<(Vec<String>, (u64, u64))> = sites.into_iter().collect();
+        let mut sites: Vec<(Site, (u64, u64))> = sites.into_iter().collect();
         sites.sort_by(|(a, (x, _)), (b, (y, _))| y.cmp(x).then_with(|| a.cmp(b)));
         let reserved_at_peak = layout.reserved();
         let mut fragmentation = fragmentation_of(&layout);
@@ -578,8 +584,9 @@ impl Reader {
             sites: sites
                 .iter()
                 .take(limits.top)
-                .map(|(frames, (bytes, count))| SiteRow {
+                .map(|((before_recording, frames), (bytes, count))| SiteRow {
                     frames: frames.clone(),
+                    before_recording: *before_recording,
                     bytes: *bytes,
                     blocks: *count,
                 })

@@ -149,6 +149,16 @@ impl FrameNames {
         }
     }
 
+    /// A site's or block's stack on one line (`before_recording`: allocated before recording
+    /// began, so the file holds no stack for it).
+    pub fn site(&self, frames: &[String], before_recording: bool) -> String {
+        if before_recording {
+            "(allocated before recording began)".to_string()
+        } else {
+            self.stack(frames)
+        }
+    }
+
     /// A stack on one line, innermost first.
     pub fn stack(&self, frames: &[String]) -> String {
         if frames.is_empty() {
