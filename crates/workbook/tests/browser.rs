@@ -143,6 +143,31 @@ fn every_page_of_the_book_works_in_headless_chromium() {
     );
 }
 
+/// Prints how long each phase of a session took (to stderr, shown when the test fails or runs
+/// with `--nocapture`), so that a slow phase can be found without a profiler.
+struct Lap {
+    part: &'static str,
+    last: Instant,
+}
+
+impl Lap {
+    fn new(part: &'static str) -> Lap {
+        Lap {
+            part,
+            last: Instant::now(),
+        }
+    }
+
+    fn mark(&mut self, what: &str) {
+        eprintln!(
+            "browser test, {}: {what} in {:.1} s",
+            self.part,
+            self.last.elapsed().as_secs_f64()
+        );
+        self.last = Instant::now();
+    }
+}
+
 /// Serves `root` with the workbook's own server (`workbook book --serve`) on a free port of
 /// 127.0.0.1 until the returned handle is dropped, with [`PROGRESS`] as the learner's progress.
 fn serve_book(root: &Path) -> workbook::book::serve::Running {
@@ -486,8 +511,12 @@ impl BookCheck {
             return Err(format!("{} holds no HTML page", self.dest.display()));
         }
         let _ = browser_log(client).await?; // Start from an empty log.
+        let mut lap = Lap::new("pages");
+        let mut slowest = Vec::new();
         for file in &files {
+            let opened = Instant::now();
             let info = self.open(client, file).await?;
+            slowest.push((opened.elapsed(), file.clone()));
             report.pages += 1;
             for entry in browser_log(client).await? {
                 report
@@ -578,6 +607,17 @@ impl BookCheck {
             }
             pages.insert(file.clone(), Page { ids, gated, links });
         }
+        slowest.sort();
+        let slowest: Vec<String> = slowest
+            .iter()
+            .rev()
+            .take(5)
+            .map(|(t, f)| format!("{f} {:.1} s", t.as_secs_f64()))
+            .collect();
+        lap.mark(&format!(
+            "every page at 1280 px (slowest to open: {})",
+            slowest.join(", ")
+        ));
 
         for page in pages.values() {
             for link in &page.links {
@@ -625,6 +665,7 @@ impl BookCheck {
             .problems
             .extend(self.answers_kept_and_progress_shown(client).await?);
 
+        lap.mark("questions, gates and progress");
         let (found, problems) = self.search(client).await?;
         report.search_results = found;
         report.problems.extend(problems);
@@ -736,13 +777,21 @@ impl BookCheck {
     /// translation.
     async fn check_views(&self, client: &Client) -> Result<Report, String> {
         let files = html_files(&self.dest);
+        let mut lap = Lap::new("views");
         let mut problems = self.on_a_phone(client, &files).await?;
+        lap.mark("every page on a phone");
         problems.extend(self.pictured_chapters_fit_a_phone(client, &files).await?);
+        lap.mark("pictured chapters on a phone");
         problems.extend(self.answers_open_when_their_exercise_passes(client).await?);
+        lap.mark("answers open");
         problems.extend(self.step_through_the_history(client).await?);
+        lap.mark("history view");
         problems.extend(self.pinned_memory_and_streams(client).await?);
+        lap.mark("pinned memory view");
         problems.extend(self.step_through_the_block_pool(client).await?);
+        lap.mark("block pool view");
         problems.extend(self.translated_chapters(client).await?);
+        lap.mark("translated chapters");
         for entry in browser_log(client).await? {
             problems.push(format!("views: browser log: {entry}"));
         }
@@ -1109,7 +1158,8 @@ impl BookCheck {
 
     /// Every page again in a phone's window ([`PHONE_WIDTH`]): no table or code scrolls sideways
     /// (the pictures may, in their own paragraph), and every picture is drawn wide enough for its
-    /// smallest label to be [`MIN_LABEL_PX`] or more. Puts the window back to 1280 px after.
+    /// smallest label to be [`MIN_LABEL_PX`] or more; a chapter with pictures, its reveals opened
+    /// last, does not scroll sideways in the light theme ([`Self::reveals_open_fit`]). Puts the window back to 1280 px after.
     async fn on_a_phone(&self, client: &Client, files: &[String]) -> Result<Vec<String>, String> {
         let mut problems = Vec::new();
         client
@@ -1126,6 +1176,7 @@ impl BookCheck {
             ));
         }
         let mut pictures = 0;
+        let pictured = self.pictured(files);
         for file in files {
             self.open(client, file).await?;
             for problem in self.overflow(client, file, true).await? {
@@ -1154,6 +1205,10 @@ impl BookCheck {
                     ));
                 }
             }
+            if pictured.contains(&file) {
+                // Last, as it opens the reveals: the page in the light theme, answers shown.
+                problems.extend(self.reveals_open_fit(client, file, "light").await?);
+            }
         }
         if pictures == 0 {
             problems.push(format!("at {PHONE_WIDTH} px no picture was measured"));
@@ -1176,27 +1231,17 @@ impl BookCheck {
         Ok(problems)
     }
 
-    /// Every chapter with pictures at [`PHONE_WIDTH`], in the light and navy themes, with its
-    /// answers' reveals open: the page does not scroll sideways (the pictures shrink to the
-    /// column; long lines scroll or wrap in their own box). Puts the browser back after.
+    /// Every chapter with pictures at [`PHONE_WIDTH`] in the navy theme, with its answers'
+    /// reveals open: the page does not scroll sideways (the pictures shrink to the column; long
+    /// lines scroll or wrap in their own box). The light theme's pass is `on_a_phone`'s, on the
+    /// page it has open. Puts the browser back after.
     async fn pictured_chapters_fit_a_phone(
         &self,
         client: &Client,
         files: &[String],
     ) -> Result<Vec<String>, String> {
         let mut problems = Vec::new();
-        let pictured: Vec<&String> = files
-            .iter()
-            .filter(|f| {
-                let stem = f.trim_end_matches(".html");
-                !is_solution_page(f)
-                    && self
-                        .dest
-                        .join("pictures")
-                        .join(format!("{stem}-timeline.svg"))
-                        .is_file()
-            })
-            .collect();
+        let pictured = self.pictured(files);
         if pictured.len() < 10 {
             problems.push(format!(
                 "only {} chapters have pictures ({pictured:?})",
@@ -1207,62 +1252,96 @@ impl BookCheck {
             .set_window_size(PHONE_WIDTH, 844)
             .await
             .map_err(|e| format!("resizing the window: {e}"))?;
-        for theme in ["light", "navy"] {
-            for file in &pictured {
-                self.open(client, file).await?;
-                client
-                    .execute(
-                        "localStorage.setItem('mdbook-theme', arguments[0]);",
-                        vec![json!(theme)],
-                    )
-                    .await
-                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
-                self.open(client, file).await?;
-                let wide = client
-                    .execute(
-                        "document.querySelectorAll('.content details').forEach(d => d.open = true); \
-                         const e = document.scrollingElement; \
-                         return [e.scrollWidth, window.innerWidth, \
-                                 document.documentElement.className];",
-                        vec![],
-                    )
-                    .await
-                    .map_err(|e| format!("measuring {file}: {e}"))?;
-                let (scroll, inner) = (wide[0].as_f64(), wide[1].as_f64());
-                if !wide[2].as_str().is_some_and(|c| c.contains(theme)) {
-                    problems.push(format!("{file}: the {theme} theme did not apply ({wide})"));
-                }
-                if scroll.zip(inner).is_none_or(|(s, i)| s > i) {
-                    problems.push(format!(
-                        "at {PHONE_WIDTH} px in the {theme} theme, {file} scrolls sideways: \
-                         scrollWidth {} in a window of {}",
-                        wide[0], wide[1]
-                    ));
-                }
-                if let Some(dir) = &self.screenshots
-                    && file.starts_with("ch10")
-                {
-                    for (what, css) in [
-                        ("message", ".content pre"),
-                        ("timeline", ".content img[src$='-timeline.svg']"),
-                        ("view", ".content .wb-memview"),
-                        ("answer", ".content details.wb-answer"),
-                    ] {
-                        client
-                            .execute(
-                                "const e = document.querySelector(arguments[0]); \
-                                 if (e !== null) e.scrollIntoView({block: 'start'});",
-                                vec![json!(css)],
-                            )
-                            .await
-                            .map_err(|e| format!("scrolling to {css}: {e}"))?;
-                        self.screenshot(client, dir, &format!("ch10-phone-{theme}-{what}"))
-                            .await?;
-                    }
-                }
-            }
+        // The light theme was measured page by page in `on_a_phone`; here the dark one. The
+        // theme is the reader's choice kept in localStorage, so it is chosen once, on the first
+        // page, and every page after opens in it.
+        let theme = "navy";
+        if let Some(first) = pictured.first() {
+            self.open(client, first).await?;
+            client
+                .execute(
+                    "localStorage.setItem('mdbook-theme', arguments[0]);",
+                    vec![json!(theme)],
+                )
+                .await
+                .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+        }
+        for file in &pictured {
+            self.open(client, file).await?;
+            problems.extend(self.reveals_open_fit(client, file, theme).await?);
         }
         light_at_1280(client).await?;
+        Ok(problems)
+    }
+
+    /// The chapters with pictures (a timeline of their own in `pictures/`), solutions left out.
+    fn pictured<'a>(&self, files: &'a [String]) -> Vec<&'a String> {
+        files
+            .iter()
+            .filter(|f| {
+                let stem = f.trim_end_matches(".html");
+                !is_solution_page(f)
+                    && self
+                        .dest
+                        .join("pictures")
+                        .join(format!("{stem}-timeline.svg"))
+                        .is_file()
+            })
+            .collect()
+    }
+
+    /// On the page open at [`PHONE_WIDTH`] in `theme`: with every answer's reveal open, the page
+    /// does not scroll sideways (the pictures shrink to the column; long lines scroll or wrap in
+    /// their own box), and the theme applied. Takes chapter 10's screenshots when asked.
+    async fn reveals_open_fit(
+        &self,
+        client: &Client,
+        file: &str,
+        theme: &str,
+    ) -> Result<Vec<String>, String> {
+        let mut problems = Vec::new();
+        let wide = client
+            .execute(
+                "document.querySelectorAll('.content details').forEach(d => d.open = true); \
+                 const e = document.scrollingElement; \
+                 return [e.scrollWidth, window.innerWidth, \
+                         document.documentElement.className];",
+                vec![],
+            )
+            .await
+            .map_err(|e| format!("measuring {file}: {e}"))?;
+        let (scroll, inner) = (wide[0].as_f64(), wide[1].as_f64());
+        if !wide[2].as_str().is_some_and(|c| c.contains(theme)) {
+            problems.push(format!("{file}: the {theme} theme did not apply ({wide})"));
+        }
+        if scroll.zip(inner).is_none_or(|(s, i)| s > i) {
+            problems.push(format!(
+                "at {PHONE_WIDTH} px in the {theme} theme, {file} scrolls sideways: \
+                 scrollWidth {} in a window of {}",
+                wide[0], wide[1]
+            ));
+        }
+        if let Some(dir) = &self.screenshots
+            && file.starts_with("ch10")
+        {
+            for (what, css) in [
+                ("message", ".content pre"),
+                ("timeline", ".content img[src$='-timeline.svg']"),
+                ("view", ".content .wb-memview"),
+                ("answer", ".content details.wb-answer"),
+            ] {
+                client
+                    .execute(
+                        "const e = document.querySelector(arguments[0]); \
+                         if (e !== null) e.scrollIntoView({block: 'start'});",
+                        vec![json!(css)],
+                    )
+                    .await
+                    .map_err(|e| format!("scrolling to {css}: {e}"))?;
+                self.screenshot(client, dir, &format!("ch10-phone-{theme}-{what}"))
+                    .await?;
+            }
+        }
         Ok(problems)
     }
 

@@ -110,9 +110,9 @@ pub fn run(root: Option<&Path>, args: &PicturesArgs) -> Result<ExitCode> {
         .context("making a temporary directory for the snapshots")?;
     let mut problems = Vec::new();
     let mut made = Vec::new();
-    for chapter in &chapters {
-        eprintln!("{chapter}: running its walkthrough on cpu");
-        let (snapshot, activity, printed) = snapshot_of(&repo, chapter, scratch.path())?;
+    let ran = run_walkthroughs(&repo, &chapters, scratch.path());
+    for (chapter, result) in chapters.iter().zip(ran) {
+        let (snapshot, activity, printed) = result?;
         made.extend(pictures_of(chapter, &snapshot, activity.as_ref()));
         made.push(Picture {
             file: format!("{chapter}-{OUTPUT_SUFFIX}"),
@@ -210,14 +210,49 @@ pub fn chapters_with_pictures(repo: &Repo) -> Result<Vec<String>> {
     Ok(found)
 }
 
+/// What a walkthrough gave: its snapshot, its recorded activity (if any) and what it printed.
+pub type Walked = (gpumem::Snapshot, Option<gpumem::Activity>, String);
+
+/// Runs the chapters' walkthroughs ([`snapshot_of`]) as many at once as the machine has cores
+/// (each is a process of its own, and most use one core), and returns what each gave in the
+/// chapters' order. Each writes its own files in `scratch`, so none sees another's.
+fn run_walkthroughs(repo: &Repo, chapters: &[String], scratch: &Path) -> Vec<Result<Walked>> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<Walked>>>> = chapters
+        .iter()
+        .map(|_| std::sync::Mutex::new(None))
+        .collect();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(chapter) = chapters.get(i) else {
+                        break;
+                    };
+                    eprintln!("{chapter}: running its walkthrough on cpu");
+                    let walked = snapshot_of(repo, chapter, scratch);
+                    *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(walked);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .zip(chapters)
+        .map(|(slot, chapter)| {
+            slot.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| Err(anyhow::anyhow!("{chapter}'s walkthrough did not run")))
+        })
+        .collect()
+}
+
 /// Runs `chapter`'s walkthrough on the `cpu` device (of [`CPU_CAPACITY`]) with [`SNAPSHOT_VAR`]
 /// set, and reads the snapshot it wrote into `scratch`, with the activity recorded beside it (if
 /// any), and what it printed.
-pub fn snapshot_of(
-    repo: &Repo,
-    chapter: &str,
-    scratch: &Path,
-) -> Result<(gpumem::Snapshot, Option<gpumem::Activity>, String)> {
+pub fn snapshot_of(repo: &Repo, chapter: &str, scratch: &Path) -> Result<Walked> {
     let file = scratch.join(format!("{chapter}.json"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(&cargo)
