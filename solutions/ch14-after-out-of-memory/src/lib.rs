@@ -1,15 +1,12 @@
 //! Chapter 14: the first minute after an out-of-memory error.
 //!
-//! Go from torch's message to the lever that fits it, release what a caught out-of-memory error
+//! Go from torch's message, then from a snapshot, to the lever that fits it, release what a caught out-of-memory error
 //! keeps alive before trying again, and predict what `empty_cache()` costs the steps after it.
 //! Edit the items marked `TODO`.
 
-pub use ch14_predict::{Cost, Steps};
+pub use ch14_predict::{Cost, Lever, MIB, Steps};
 use gpumem::format::format_size;
 use gpumem::{Buffer, Device, Error, Result};
-
-/// One mebibyte.
-pub const MIB: u64 = 1 << 20;
 
 // ANCHOR: reading
 /// The numbers of an out-of-memory message, in bytes: chapter 10's `OomReport`, and the
@@ -36,23 +33,6 @@ pub struct Reading {
     pub reserved_unallocated: u64,
 }
 
-/// What to reach for first, read from the message alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lever {
-    /// The bytes are there but in pieces: reorder the allocations, `expandable_segments:True`,
-    /// `max_split_size_mb` (chapter 10).
-    Fragmentation,
-    /// The device had room; the process's cap did not: raise or remove
-    /// `set_per_process_memory_fraction` (chapters 1 and 10).
-    OverTheCap,
-    /// Other processes hold the memory the request needs: stop or move them, or share the device
-    /// by design (chapter 1).
-    AnotherProcess,
-    /// This process's live tensors fill the device: hold less. A smaller batch, accumulation
-    /// (chapter 5), mixed precision (6), fewer saved activations (8, 9, 12), less optimizer
-    /// state (11), a smaller KV cache (13).
-    HoldLess,
-}
 // ANCHOR_END: reading
 
 impl Reading {

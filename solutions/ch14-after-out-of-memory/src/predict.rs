@@ -1,6 +1,10 @@
-//! Chapter 14's predictions: built as a crate of their own, with no dependencies (not even
-//! gpumem), so they are predictions made before measuring. The tests measure and compare, at the
-//! page's sizes and at sizes drawn on every run: write the rules, not the numbers.
+//! Chapter 14's predictions and readings: built as a crate of their own, with no dependencies
+//! (not even gpumem), so they are made before measuring and read only what they are given. The
+//! tests measure and compare, at the page's sizes and at sizes drawn on every run: write the
+//! rules, not the numbers.
+
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
 
 // ANCHOR: steps
 /// A loop of training steps: each allocates the same buffers, holds them all, and drops them
@@ -32,7 +36,6 @@ pub struct Cost {
 // ANCHOR: predict
 /// Your prediction of what `steps` costs, with the allocator's default settings.
 pub fn predict_refill(steps: Steps) -> Cost {
-    const MIB: u64 = 1 << 20;
     // Every block is a multiple of 512 bytes.
     let block = steps.size.div_ceil(512) * 512;
     // The segment a step's buffers are cut from, and how many blocks one holds: up to 1 MiB the
@@ -60,3 +63,146 @@ pub fn predict_refill(steps: Steps) -> Cost {
     }
 }
 // ANCHOR_END: predict
+
+// ANCHOR: lever
+/// What to reach for first after an out-of-memory error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lever {
+    /// The bytes are there but in pieces: reorder the allocations, `expandable_segments:True`,
+    /// `max_split_size_mb` (chapter 10).
+    Fragmentation,
+    /// Tensors that should be gone are still alive: an earlier step's, kept by a list, a leak, or
+    /// a caught exception's traceback. Let go of them (this chapter). A message cannot tell; a
+    /// snapshot can.
+    LetGo,
+    /// The device had room; the process's cap did not: raise or remove
+    /// `set_per_process_memory_fraction` (chapters 1 and 10).
+    OverTheCap,
+    /// Other processes hold the memory the request needs: stop or move them, or share the device
+    /// by design (chapter 1).
+    AnotherProcess,
+    /// This process's live tensors fill the device: hold less. A smaller batch, accumulation
+    /// (chapter 5), mixed precision (6), fewer saved activations (8, 9, 12), less optimizer
+    /// state (11), a smaller KV cache (13).
+    HoldLess,
+}
+// ANCHOR_END: lever
+
+// ANCHOR: oom_state
+/// The allocator's two pools (chapter 4): a request of 1 MiB or less is served from the small
+/// pool's segments, a larger one from the large pool's, never from the other's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// Segments of 2 MiB, for requests up to 1 MiB.
+    Small,
+    /// Segments of 20 MiB or of one large block, for requests above 1 MiB.
+    Large,
+}
+
+/// Who a block of a snapshot belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// Cached and free (the snapshot's `inactive`).
+    Free,
+    /// Live, and meant to outlive every step: allocated before the first one (the weights, the
+    /// optimizer's state).
+    Kept,
+    /// Live, allocated by training step `n` (0 the first).
+    Step(u64),
+}
+
+/// One block of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Its size in bytes.
+    pub size: u64,
+    /// Free, or whose.
+    pub owner: Owner,
+}
+
+/// One segment the process has reserved, and its blocks in address order (their sizes add up
+/// to the segment's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// The pool it belongs to (the snapshot's `segment_type`).
+    pub pool: Pool,
+    /// Its blocks.
+    pub blocks: Vec<Block>,
+}
+
+/// A memory snapshot at an out-of-memory error (`_dump_snapshot` in the `except` block), with
+/// what the snapshot does not hold: the cap and the other processes (from the message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomState {
+    /// Every segment the process holds: the allocator has already given back those with no live
+    /// block (its release-and-retry), so each holds one at least.
+    pub segments: Vec<Segment>,
+    /// The bytes the failed allocation asked for (the snapshot's `oom` entry's `size`).
+    pub request: u64,
+    /// The device's free memory (the `oom` entry's `device_free`).
+    pub free: u64,
+    /// The cap from `set_per_process_memory_fraction`, when one is set ("X allowed;").
+    pub allowed: Option<u64>,
+    /// What the device's other processes hold ("Process N has X memory in use", summed).
+    pub other_processes: u64,
+    /// The training step that failed (0 the first).
+    pub step: u64,
+}
+// ANCHOR_END: oom_state
+
+// ANCHOR: triage_snapshot
+/// The lever a snapshot at an out-of-memory error points to, the first rule that holds, where
+/// only blocks of the request's pool count (a block of the other pool cannot serve it) and the
+/// room is as in `triage` (the free memory, and under a cap no more than `allowed − reserved`,
+/// every segment counting in `reserved`):
+/// 1. `Fragmentation`: the free blocks and the room would hold the request;
+/// 2. `LetGo`: they would with the blocks of earlier steps than the failed one let go;
+/// 3. `OverTheCap`: a cap is set and the device's free memory alone would hold it;
+/// 4. `AnotherProcess`: the free memory and what the other processes hold would;
+/// 5. `HoldLess` otherwise.
+pub fn triage_snapshot(state: &OomState) -> Lever {
+    let pool = if state.request <= MIB {
+        Pool::Small
+    } else {
+        Pool::Large
+    };
+    let reserved: u64 = state
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .map(|b| b.size)
+        .sum();
+    // The blocks that could serve the request: its own pool's.
+    let blocks = || {
+        state
+            .segments
+            .iter()
+            .filter(|s| s.pool == pool)
+            .flat_map(|s| &s.blocks)
+    };
+    let cached: u64 = blocks()
+        .filter(|b| b.owner == Owner::Free)
+        .map(|b| b.size)
+        .sum();
+    let held: u64 = blocks()
+        .filter(|b| matches!(b.owner, Owner::Step(n) if n < state.step))
+        .map(|b| b.size)
+        .sum();
+    let room = match state.allowed {
+        Some(allowed) => allowed.saturating_sub(reserved).min(state.free),
+        None => state.free,
+    };
+    let request = state.request;
+    if cached + room >= request {
+        Lever::Fragmentation
+    } else if held + cached + room >= request {
+        Lever::LetGo
+    } else if state.allowed.is_some() && state.free >= request {
+        Lever::OverTheCap
+    } else if state.free + state.other_processes >= request {
+        Lever::AnotherProcess
+    } else {
+        Lever::HoldLess
+    }
+}
+// ANCHOR_END: triage_snapshot
