@@ -22,6 +22,9 @@ The files (see FILES below, and conformance/README.md):
   cpp-frames               2.15 recorded with context="all": C++ and Python frames, two user
                            lines under the same allocator frames
   two-devices              2.15: device 0's peak is before its first entry, device 1 holds 10.5 GiB
+  frag-oom                 2.15: bench/record_torch_snapshot.py's `frag` program as torch's allocator
+                           runs it under a 2 GiB cap: an OOM from fragmentation (272 MiB free in
+                           one segment, 160 MiB asked, no piece over 32 MiB)
   state-only               torch.cuda.memory._snapshot() with no history recorded (empty traces)
   list-form                the list torch.cuda.memory.memory_snapshot() returns (segments only)
   huge-size                an entry of 2^63 bytes: no snapshot holds one; to be refused
@@ -214,6 +217,45 @@ def cpp_frames():
     return snapshot(segs, [h.entries])
 
 
+def frag_oom():
+    """bench/record_torch_snapshot.py's `frag` program as torch 2.15's allocator runs it
+    (CUDACachingAllocator.cpp) under a 2 GiB cap: a 2 MiB small segment from before recording
+    (torch.empty(1)); a 512 MiB tensor freed, its segment cached; 16 tensors of 30 MiB carved
+    from it; 22 of 64 MiB, each in a segment of its own (32 MiB is left in the first); every other
+    30 MiB tensor freed (272 MiB free in the first segment, none of it 160 MiB in one piece); then
+    160 MiB is asked for: a new segment would be 2,082 MiB under the 2,048 MiB cap, torch frees
+    the only whole free segment (the small one: segment_free) and gives up (oom)."""
+    A, B, S = 0x7F0000000000, 0x7F4000000000, 0x7E0000000000
+    user = [frame("/home/u/proj/frag.py", 9, "fragment"), frame("/home/u/proj/frag.py", 30, "<module>")]
+    small_at = [A + i * 30 * MIB for i in range(16)]
+    fill_at = [B + i * 64 * MIB for i in range(22)]
+    h = History()
+    h.add("segment_alloc", A, 512 * MIB, user)
+    h.add("alloc", A, 512 * MIB, user)
+    h.add("free_requested", A, 512 * MIB, user)
+    h.add("free_completed", A, 512 * MIB, user)
+    for a in small_at:
+        h.add("alloc", a, 30 * MIB, user)
+    for a in fill_at:
+        h.add("segment_alloc", a, 64 * MIB, user)
+        h.add("alloc", a, 64 * MIB, user)
+    for a in small_at[0::2]:
+        h.add("free_requested", a, 30 * MIB, user)
+        h.add("free_completed", a, 30 * MIB, user)
+    h.add("segment_free", S, 2 * MIB, user)
+    h.add("oom", 82_262_327_296, 160 * MIB, user)
+    first = []
+    for i, a in enumerate(small_at):
+        if i % 2 == 0:
+            first.append(block(a, 30 * MIB, 0, "inactive"))
+        else:
+            first.append(block(a, 30 * MIB, 30 * MIB, "active_allocated", user))
+    first.append(block(A + 480 * MIB, 32 * MIB, 0, "inactive"))
+    segs = [segment(A, first)] + [
+        segment(a, [block(a, 64 * MIB, 64 * MIB, "active_allocated", user)]) for a in fill_at]
+    return snapshot(segs, [h.entries])
+
+
 def two_devices():
     """Device 0 frees 1 GiB held from before recording (its peak is before its first entry);
     device 1 reserves and allocates 10.5 GiB."""
@@ -265,6 +307,7 @@ FILES = {
     "expandable-oom": expandable_oom,
     "cpp-frames": cpp_frames,
     "two-devices": two_devices,
+    "frag-oom": frag_oom,
     "state-only": state_only,
     "list-form": list_form,
     "huge-size": huge_size,

@@ -258,3 +258,41 @@ fn replaying_one_setting_gives_the_peak_torch_reserved_under_the_other() {
         );
     }
 }
+
+#[test]
+fn sites_are_lines_of_the_users_script_not_torchs_modules() {
+    // torch recorded each block's Python stack from torch/nn/modules/linear.py up; the user's
+    // lines are bench/record_torch_snapshot.py's (the backward pass's blocks, allocated on
+    // autograd's thread, have no Python frames).
+    let (d, text) = inspect("h100-torch-2.11-train.pickle");
+    let sites = d["sites"].as_array().unwrap();
+    assert!(!sites.is_empty());
+    for s in sites {
+        let frames = s["frames"].as_array().unwrap();
+        if let Some(first) = frames.first() {
+            let first = first.as_str().unwrap();
+            assert!(
+                first.starts_with("/work/main/bench/record_torch_snapshot.py:")
+                    && first.ends_with(":step"),
+                "{first}"
+            );
+        }
+    }
+    assert!(
+        !text.contains("linear.py") && !text.contains("module.py:"),
+        "torch's own frames are left out:\n{text}"
+    );
+    assert!(text.contains("record_torch_snapshot.py:45:step"), "{text}");
+}
+
+#[test]
+fn blocks_from_before_recording_and_blocks_without_frames_are_two_sites() {
+    // 28 blocks predate the trace (the file holds no stack for them); 8 were allocated by the
+    // backward pass on autograd's thread, where torch records no Python frame.
+    let (_, text) = inspect("h100-torch-2.11-oom-expandable.pickle");
+    assert!(
+        text.contains("    259.09 MiB        28  (allocated before recording began)")
+            && text.contains("     64.03 MiB         8  (no frames recorded)"),
+        "{text}"
+    );
+}

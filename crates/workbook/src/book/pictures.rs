@@ -348,7 +348,7 @@ fn cuda_error_output(repo: &Repo) -> Result<Option<Picture>> {
 /// `before.pickle` and `after.pickle` (`python3 bench/make_big_snapshot.py fixture`), in order
 /// (the last reads the `oom.pickle` the one before it writes): the file under [`PICTURES_DIR`]
 /// each output goes to, and the command's arguments after `workbook`.
-const SNAPSHOT_COMMANDS: [(&str, &[&str]); 6] = [
+const SNAPSHOT_COMMANDS: [(&str, &[&str]); 8] = [
     (
         "snapshots-inspect.txt",
         &["inspect", "before.pickle", "--top", "5", "--frames", "2"],
@@ -400,11 +400,31 @@ const SNAPSHOT_COMMANDS: [(&str, &[&str]); 6] = [
             "max_split_size_mb:128",
         ],
     ),
+    (
+        "snapshots-frag-inspect.txt",
+        &["inspect", "frag-oom.pickle", "--top", "3"],
+    ),
+    (
+        "snapshots-frag-replay.txt",
+        &[
+            "replay",
+            "frag-oom.pickle",
+            "--capacity",
+            "2GiB",
+            "--alloc-conf",
+            "",
+            "--alloc-conf",
+            "expandable_segments:True",
+        ],
+    ),
 ];
 
-/// The snapshot torch 2.11 recorded on an H100 that [`SNAPSHOT_COMMANDS`] read too, from the
-/// repository's root.
-const REAL_SNAPSHOT: &str = "conformance/real-snapshots/h100-torch-2.11-oom-expandable.pickle";
+/// The snapshots of the repository that [`SNAPSHOT_COMMANDS`] read too, from its root: one torch
+/// 2.11 recorded on an H100, and the corpus's out-of-memory error from fragmentation.
+const COPIED_SNAPSHOTS: [&str; 2] = [
+    "conformance/real-snapshots/h100-torch-2.11-oom-expandable.pickle",
+    "conformance/snapshots/frag-oom.pickle",
+];
 
 /// The script that writes the fixture snapshots [`SNAPSHOT_COMMANDS`] read, from the
 /// repository's root.
@@ -435,9 +455,11 @@ fn snapshot_command_outputs(repo: &Repo) -> Result<Vec<Picture>> {
             );
         }
     }
-    let real = repo.root.join(REAL_SNAPSHOT);
-    let copy = scratch.path().join(real.file_name().expect("a file name"));
-    std::fs::copy(&real, &copy).with_context(|| format!("copying {}", real.display()))?;
+    for file in COPIED_SNAPSHOTS {
+        let from = repo.root.join(file);
+        let copy = scratch.path().join(from.file_name().expect("a file name"));
+        std::fs::copy(&from, &copy).with_context(|| format!("copying {}", from.display()))?;
+    }
     let workbook = std::env::current_exe().context("finding this program to run it")?;
     let mut made = Vec::new();
     for (file, args) in SNAPSHOT_COMMANDS {

@@ -1,11 +1,12 @@
 //! `workbook diff A B`: two snapshots of the same program (before and after a change) side by
 //! side: the peaks, what was reserved, the segments, and the allocation sites whose live bytes at
-//! the peak grew or shrank. Each snapshot is read as `workbook inspect` reads it; the first device
-//! with entries of each is compared.
+//! the peak grew or shrank. Each snapshot is read as `workbook inspect` reads it; each device both
+//! files hold is compared (or the one `--device` names), and sites are matched by their shown
+//! frames (by default the first user frame: one line of the user's code).
 
-use crate::commands::inspect::stack_text;
 use crate::snapshot::analysis::{self, DeviceReport, Limits, Range};
-use anyhow::Result;
+use crate::snapshot::frames::FrameNames;
+use anyhow::{Result, bail};
 use clap::Args;
 use gpumem::format_bytes;
 use std::collections::BTreeMap;
@@ -15,6 +16,11 @@ use std::process::ExitCode;
 
 /// Flags of `workbook diff`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Live and allocated bytes are the bytes asked for (torch's requested_size), as \
+                  `workbook inspect` counts them. Frames: as `workbook inspect --help` says; a \
+                  site of A and one of B are the same site when their shown frames are the same."
+)]
 pub struct DiffArgs {
     /// The first snapshot (before).
     #[arg(value_name = "A")]
@@ -25,9 +31,13 @@ pub struct DiffArgs {
     /// Only the events from START up to END of each (as `workbook inspect --range`).
     #[arg(long, value_name = "START..END")]
     pub range: Option<String>,
-    /// How many frames of each stack to show.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub frames: usize,
+    /// How many user frames of each stack to show; sites are matched by them (1: by the line
+    /// of your code that allocated).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub frames: u64,
+    /// Only this device of each snapshot (default: every device both hold).
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -59,19 +69,32 @@ impl Change {
 pub struct SiteChange {
     /// Its frames (shown ones, innermost first).
     pub frames: Vec<String>,
+    /// Whether it is the blocks allocated before recording began.
+    pub before_recording: bool,
     /// Live bytes at the peak.
     pub bytes: Change,
     /// Live blocks at the peak.
     pub blocks: Change,
 }
 
-/// What differs between two snapshots.
+/// What differs between two snapshots, device by device.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Diff {
+pub struct Diffs {
     /// The first file.
     pub a: String,
     /// The second file.
     pub b: String,
+    /// Which devices are compared, and why, in words.
+    pub compared: String,
+    /// One comparison per device.
+    pub devices: Vec<Diff>,
+}
+
+/// What differs between one device of two snapshots.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Diff {
+    /// The device.
+    pub device: usize,
     /// Peak allocated bytes.
     pub peak_allocated: Change,
     /// Peak reserved bytes.
@@ -93,29 +116,35 @@ pub struct Diff {
 }
 
 /// Compares two device reports (their sites keyed by their frames).
-pub fn diff(a: &DeviceReport, b: &DeviceReport, files: (&str, &str)) -> Diff {
+pub fn diff(a: &DeviceReport, b: &DeviceReport) -> Diff {
     // Per site: (bytes, blocks) in A, then in B.
     type Both = ((u64, u64), (u64, u64));
-    let mut sites: BTreeMap<&[String], Both> = BTreeMap::new();
+    let mut sites: BTreeMap<(bool, &[String]), Both> = BTreeMap::new();
     for s in &a.sites {
-        sites.entry(&s.frames).or_default().0 = (s.bytes, s.blocks);
+        sites
+            .entry((s.before_recording, s.frames.as_slice()))
+            .or_default()
+            .0 = (s.bytes, s.blocks);
     }
     for s in &b.sites {
-        sites.entry(&s.frames).or_default().1 = (s.bytes, s.blocks);
+        sites
+            .entry((s.before_recording, s.frames.as_slice()))
+            .or_default()
+            .1 = (s.bytes, s.blocks);
     }
     let mut sites: Vec<SiteChange> = sites
         .into_iter()
         .filter(|(_, (x, y))| x.0 != y.0)
-        .map(|(frames, (x, y))| SiteChange {
+        .map(|((before_recording, frames), (x, y))| SiteChange {
             frames: frames.to_vec(),
+            before_recording,
             bytes: Change::of(x.0, y.0),
             blocks: Change::of(x.1, y.1),
         })
         .collect();
     sites.sort_by_key(|s| std::cmp::Reverse(s.bytes.change.abs()));
     Diff {
-        a: files.0.to_string(),
-        b: files.1.to_string(),
+        device: a.device,
         peak_allocated: Change::of(a.peak_allocated.bytes, b.peak_allocated.bytes),
         peak_reserved: Change::of(a.peak_reserved.bytes, b.peak_reserved.bytes),
         reserved_at_peak: Change::of(a.reserved_at_peak, b.reserved_at_peak),
@@ -143,11 +172,50 @@ pub fn run(args: &DiffArgs) -> Result<ExitCode> {
     // Every site, so that one in A matches its twin in B.
     let limits = Limits {
         top: usize::MAX,
-        frames: args.frames,
+        frames: usize::try_from(args.frames).unwrap_or(usize::MAX),
     };
-    let a = analysis::inspect(&args.a, range, limits)?;
-    let b = analysis::inspect(&args.b, range, limits)?;
-    let d = diff(&a.devices[0], &b.devices[0], (&a.file, &b.file));
+    let a = analysis::inspect(&args.a, range, limits, args.device)?;
+    let b = analysis::inspect(&args.b, range, limits, args.device)?;
+    let devices: Vec<Diff> = a
+        .devices
+        .iter()
+        .filter_map(|x| {
+            let y = b.devices.iter().find(|y| y.device == x.device)?;
+            Some(diff(x, y))
+        })
+        .collect();
+    let list = |r: &analysis::Report| -> Vec<String> {
+        r.devices.iter().map(|d| d.device.to_string()).collect()
+    };
+    if devices.is_empty() {
+        bail!(
+            "{} and {} share no device: A has device(s) {}, B has {} (compare one of each with \
+             two runs of `workbook inspect --device N`)",
+            a.file,
+            b.file,
+            list(&a).join(", "),
+            list(&b).join(", ")
+        );
+    }
+    let compared: Vec<String> = devices.iter().map(|d| d.device.to_string()).collect();
+    let compared = match args.device {
+        Some(n) => format!("device {n} (--device {n})"),
+        None if list(&a) == list(&b) && compared.len() == 1 => {
+            format!("device {} (the only one with anything)", compared[0])
+        }
+        None => format!(
+            "device(s) {}: every device both files hold (A has {}, B has {}; --device N for one)",
+            compared.join(", "),
+            list(&a).join(", "),
+            list(&b).join(", ")
+        ),
+    };
+    let d = Diffs {
+        a: a.file,
+        b: b.file,
+        compared,
+        devices,
+    };
     if args.json {
         println!(
             "{}",
@@ -169,10 +237,28 @@ fn signed_bytes(change: i128) -> String {
     }
 }
 
-/// The diff as text.
-pub fn text(d: &Diff) -> String {
+/// The diffs as text.
+pub fn text(d: &Diffs) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "A: {}\nB: {}\n", d.a, d.b);
+    let _ = writeln!(out, "A: {}\nB: {}\ncompared: {}", d.a, d.b, d.compared);
+    let names = FrameNames::of(
+        d.devices
+            .iter()
+            .flat_map(|x| &x.sites)
+            .flat_map(|s| &s.frames),
+    );
+    for x in &d.devices {
+        if d.devices.len() > 1 {
+            let _ = writeln!(out, "\ndevice {}", x.device);
+        }
+        out.push('\n');
+        device_text(&mut out, x, &names);
+    }
+    out
+}
+
+/// One device's diff as text.
+fn device_text(out: &mut String, d: &Diff, names: &FrameNames) {
     let _ = writeln!(out, "{:<28}  {:>12}  {:>12}  {:>12}", "", "A", "B", "B - A");
     let bytes_rows = [
         ("peak allocated", &d.peak_allocated),
@@ -219,8 +305,7 @@ pub fn text(d: &Diff) -> String {
             format_bytes(s.bytes.a),
             format_bytes(s.bytes.b),
             format!("{}->{}", s.blocks.a, s.blocks.b),
-            stack_text(&s.frames)
+            names.site(&s.frames, s.before_recording)
         );
     }
-    out
 }

@@ -6,6 +6,7 @@
 use crate::snapshot::analysis::{
     self, DeviceReport, Fragmentation, Limits, Range, Report, range_text,
 };
+use crate::snapshot::frames::FrameNames;
 use anyhow::Result;
 use clap::Args;
 use gpumem::format_bytes;
@@ -21,7 +22,13 @@ use std::process::ExitCode;
                   A state-only snapshot (no history) and the list torch.cuda.memory_snapshot() \
                   returns are read too.\n\nAllocated and live bytes are the bytes asked for \
                   (torch's requested_size, what torch's viewer counts), not the blocks' sizes \
-                  rounded by the allocator; the rounding is in reserved - allocated."
+                  rounded by the allocator; the rounding is in reserved - allocated.\n\nFrames: \
+                  torch's own (its C++ allocator, its Python modules under torch/) and Python's \
+                  library are left out, after the frames torch's viewer leaves out; a stack \
+                  shows its first --frames user frames, innermost first, and blocks whose shown \
+                  frames are the same are one allocation site (by default: one line of your \
+                  code). A frame prints with its file's last part, or its whole path where two \
+                  files share a name."
 )]
 pub struct InspectArgs {
     /// The snapshot: torch's pickle (`_dump_snapshot`), gpumem's snapshot (JSON or pickle), or a
@@ -36,9 +43,13 @@ pub struct InspectArgs {
     /// How many blocks, sites and leak candidates to list.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
-    /// How many frames of each stack to show (torch's viewer's filter applied first).
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub frames: usize,
+    /// How many user frames of each stack to show; sites are grouped by them (1: by the line
+    /// of your code that allocated).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub frames: u64,
+    /// Only this device of the snapshot (default: every device with entries or segments).
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -52,9 +63,9 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode> {
     };
     let limits = Limits {
         top: args.top,
-        frames: args.frames,
+        frames: usize::try_from(args.frames).unwrap_or(usize::MAX),
     };
-    let report = analysis::inspect(&args.snapshot, range, limits)?;
+    let report = analysis::inspect(&args.snapshot, range, limits, args.device)?;
     if args.json {
         println!(
             "{}",
@@ -64,15 +75,6 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode> {
         print!("{}", text(&report));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A stack on one line, innermost first.
-pub fn stack_text(frames: &[String]) -> String {
-    if frames.is_empty() {
-        "(no frames recorded)".to_string()
-    } else {
-        frames.join(" ← ")
-    }
 }
 
 /// The report as text.
@@ -86,9 +88,17 @@ pub fn text(report: &Report) -> String {
     };
     let _ = writeln!(out, "allocator settings: {conf}");
     let _ = writeln!(out, "range: {}", range_text(&report.range));
+    let _ = writeln!(out, "reported: {}", report.device_choice);
+    let names = FrameNames::of(report.devices.iter().flat_map(|d| {
+        let blocks = d.largest_blocks.iter().chain(&d.leak_candidates);
+        blocks
+            .flat_map(|b| &b.frames)
+            .chain(d.sites.iter().flat_map(|s| &s.frames))
+            .chain(d.ooms.iter().flat_map(|o| &o.frames))
+    }));
     for d in &report.devices {
         out.push('\n');
-        device_text(&mut out, d);
+        device_text(&mut out, d, &names);
     }
     out
 }
@@ -136,7 +146,7 @@ fn fragmentation_text(out: &mut String, f: &Fragmentation) {
     );
 }
 
-fn device_text(out: &mut String, d: &DeviceReport) {
+fn device_text(out: &mut String, d: &DeviceReport, names: &FrameNames) {
     if !d.history {
         let _ = writeln!(
             out,
@@ -205,7 +215,7 @@ fn device_text(out: &mut String, d: &DeviceReport) {
             "  {:>12}  {:>8}  {}",
             format_bytes(b.size),
             event_text(b.allocated_at),
-            stack_text(&b.frames)
+            names.site(&b.frames, b.allocated_at.is_none())
         );
     }
     let _ = writeln!(
@@ -220,7 +230,7 @@ fn device_text(out: &mut String, d: &DeviceReport) {
             "  {:>12}  {:>8}  {}",
             format_bytes(s.bytes),
             s.blocks,
-            stack_text(&s.frames)
+            names.site(&s.frames, s.before_recording)
         );
     }
     let _ = writeln!(out, "\n  fragmentation at the peak");
@@ -238,7 +248,7 @@ fn device_text(out: &mut String, d: &DeviceReport) {
                 format_bytes(o.allocated),
                 format_bytes(o.reserved),
                 o.why,
-                stack_text(&o.frames)
+                names.stack(&o.frames)
             );
         }
         let more = d.oom_count.saturating_sub(d.ooms.len() as u64);
@@ -271,7 +281,7 @@ fn device_text(out: &mut String, d: &DeviceReport) {
             "  {:>12}  {:>8}  {}",
             format_bytes(b.size),
             event_text(b.allocated_at),
-            stack_text(&b.frames)
+            names.site(&b.frames, b.allocated_at.is_none())
         );
     }
 }

@@ -6,7 +6,7 @@
 //! disturbs it: over host memory on `cpu`, over the driver (`cuMemAlloc`) on `cuda:N`.
 
 use crate::snapshot::analysis::Range;
-use crate::snapshot::replay::read_traces_in;
+use crate::snapshot::replay::read_device_trace;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use gpumem::backend::{DeviceBackend, RawMemory};
@@ -57,6 +57,11 @@ pub struct ReplayArgs {
     /// PyTorch snapshot pickle, for pytorch.org/memory_viz.
     #[arg(long = "snapshot-out", value_name = "FILE.pickle")]
     pub snapshot_out: Option<PathBuf>,
+    /// The device of a snapshot to replay (what `--device N` chooses in `workbook inspect`,
+    /// `diff` and `viz`; here `--device` is where the replay runs). Default: the device whose
+    /// allocated peak is the largest.
+    #[arg(long = "snapshot-device", value_name = "N")]
+    pub snapshot_device: Option<usize>,
 }
 
 /// One trace's result: the stats of the first replay and the median time per event over all.
@@ -470,8 +475,13 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
     let mut rows = Vec::new();
     let mut all = Vec::new();
     let range = args.range.as_deref().map(Range::parse).transpose()?;
+    let mut chosen = Vec::new();
     for path in &args.traces {
-        for (name, trace) in read_traces_in(path, range)? {
+        let (traces, why) = read_device_trace(path, range, args.snapshot_device)?;
+        for (name, trace) in traces {
+            if let Some(why) = &why {
+                chosen.push((name.clone(), why.clone()));
+            }
             all.push((path, name, trace));
         }
     }
@@ -510,6 +520,9 @@ fn run_what_if(args: &ReplayArgs, target: Target) -> Result<ExitCode> {
             .unwrap_or_default();
         println!("what-if replay on {}{fraction}\n", device_line(target));
         print!("{}", what_if_table(&rows));
+        for (name, why) in &chosen {
+            println!("note ({name}): replayed {why}");
+        }
         for (_, name, trace) in &all {
             if let Some(text) = &trace.recorded_settings {
                 let text = if text.trim().is_empty() {
@@ -569,22 +582,23 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
     let mut all = Vec::new();
     let range = args.range.as_deref().map(Range::parse).transpose()?;
     for path in &args.traces {
-        for (name, trace) in read_traces_in(path, range)? {
+        let (traces, why) = read_device_trace(path, range, args.snapshot_device)?;
+        for (name, trace) in traces {
             let settings = settings_for(&trace).with_context(|| format!("{}", path.display()))?;
-            all.push((path, name, trace, settings));
+            all.push((path, name, trace, settings, why.clone()));
         }
     }
     // First, so that a replay that runs out of memory still leaves its snapshot.
     if let Some(out) = &args.snapshot_out {
-        let traces: Vec<_> = all.iter().map(|(_, _, t, _)| t).collect();
+        let traces: Vec<_> = all.iter().map(|(_, _, t, _, _)| t).collect();
         let config = all
             .first()
-            .map(|(_, _, _, s)| s.config.clone())
+            .map(|(_, _, _, s, _)| s.config.clone())
             .unwrap_or_default();
         write_snapshot_out(out, &traces, target, &config, None)?;
     }
     let mut results = Vec::new();
-    for (path, name, trace, settings) in all {
+    for (path, name, trace, settings, why) in all {
         let (stats, ns_per_event) = replay_trace(&trace, target, &settings.config, args.repeat)
             .with_context(|| {
                 let failed = if trace.failed_in_recording.is_empty() {
@@ -604,7 +618,10 @@ pub fn run(args: &ReplayArgs) -> Result<ExitCode> {
             stats,
             ns_per_event,
             repeats: args.repeat,
-            notes: recording_notes(&trace, target, None),
+            notes: recording_notes(&trace, target, None)
+                .into_iter()
+                .chain(why.map(|why| format!("replayed {why}")))
+                .collect(),
             settings,
         });
     }

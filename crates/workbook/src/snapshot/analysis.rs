@@ -13,12 +13,14 @@
 //! trace). Block sizes in the trace are the sizes asked for; the layout of a segment (its free
 //! gaps) takes each block as its size rounded up to 512 bytes, as the allocator rounds.
 
+use super::frames::user_frames;
 use super::model::{Layout, Live, Model, NO_STACK, Saved, SegmentState};
 use anyhow::{Context, Result, bail};
-use gpumem::history::{BlockInfo, BlockState, Frame, SegmentInfo};
+use gpumem::history::{BlockInfo, BlockState, SegmentInfo};
 use gpumem::snapshot_pickle;
 use gpumem::trace::Stacks;
 use gpumem::{Snapshot, TraceAction, TraceEntry};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -158,15 +160,20 @@ pub struct BlockRow {
     pub allocated_at: Option<u64>,
     /// The alloc entry's `time_us` (`None`: before recording began, or a file without times).
     pub time_us: Option<u64>,
-    /// Its frames, innermost first, as torch prints them (`file:line:function`).
+    /// Its frames shown ([`super::frames::user_frames`]), innermost first.
     pub frames: Vec<String>,
 }
 
-/// An allocation site: the blocks live at the peak that share one recorded stack.
+/// An allocation site: the blocks live at the peak whose shown frames are the same (by default
+/// their first user frame: one line of the user's code).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SiteRow {
-    /// The stack, innermost first (`file:line:function`; empty: no frames recorded).
+    /// Its frames, innermost first (`file:line:function` with the file's whole path, as
+    /// MemoryViz.js prints them; empty: no frames recorded).
     pub frames: Vec<String>,
+    /// Whether it is the blocks allocated before recording began (no stack in the file), kept
+    /// apart from those whose stack has no frames.
+    pub before_recording: bool,
     /// Bytes live at the peak.
     pub bytes: u64,
     /// Blocks live at the peak.
@@ -303,7 +310,9 @@ pub struct Report {
     pub alloc_conf: String,
     /// The range read.
     pub range: Range,
-    /// One report per device with trace entries.
+    /// Which devices are reported, and why, in words.
+    pub device_choice: String,
+    /// One report per device with trace entries or segments (or the one `--device` chose).
     pub devices: Vec<DeviceReport>,
 }
 
@@ -312,7 +321,7 @@ pub struct Report {
 pub struct Limits {
     /// Rows of largest blocks, sites and leak candidates.
     pub top: usize,
-    /// Frames shown per stack.
+    /// User frames shown per stack; sites are grouped by them.
     pub frames: usize,
 }
 
@@ -460,16 +469,17 @@ impl Reader {
         let allocated_before = i128::from(self.model.allocated_before());
         let reserved_before = i128::from(self.model.reserved_before());
         let total = |running: i128, before: i128| (running + before).max(0) as u64;
+        // The frames shown for each stack: its first user frames (see [`super::frames`]).
+        let shown_frames: RefCell<HashMap<u32, Vec<String>>> = RefCell::default();
         let frames = |stack: u32| -> Vec<String> {
             if stack == NO_STACK {
                 return Vec::new();
             }
-            stacks
-                .frames(stack)
-                .filter(|f| shown(f))
-                .take(limits.frames)
-                .map(frame_text)
-                .collect()
+            shown_frames
+                .borrow_mut()
+                .entry(stack)
+                .or_insert_with(|| user_frames(stacks, stack, limits.frames))
+                .clone()
         };
         let row = |address: u64, l: &Live| BlockRow {
             address,
@@ -530,14 +540,20 @@ impl Reader {
             .filter(|(_, l)| l.stack == NO_STACK)
             .map(|(_, l)| l.size)
             .sum();
-        let mut sites: HashMap<u32, (u64, u64)> = HashMap::new();
+        // A site is the frames shown: by default the first user frame, so that the blocks of
+        // one line of the user's are one site whatever torch frames lie under it, and two lines
+        // are two sites.
+        type Site = (bool, Vec<String>);
+        let mut sites: HashMap<Site, (u64, u64)> = HashMap::new();
         for (_, l) in &blocks {
-            let s = sites.entry(l.stack).or_default();
+            let s = sites
+                .entry((l.stack == NO_STACK, frames(l.stack)))
+                .or_default();
             s.0 += l.size;
             s.1 += 1;
         }
-        let mut sites: Vec<(u32, (u64, u64))> = sites.into_iter().collect();
-        sites.sort_by_key(|(stack, (bytes, _))| (std::cmp::Reverse(*bytes), *stack));
+        let mut sites: Vec<(Site, (u64, u64))> = sites.into_iter().collect();
+        sites.sort_by(|(a, (x, _)), (b, (y, _))| y.cmp(x).then_with(|| a.cmp(b)));
         let reserved_at_peak = layout.reserved();
         let mut fragmentation = fragmentation_of(&layout);
         fragmentation.reserved_minus_allocated = reserved_at_peak.saturating_sub(peak.bytes);
@@ -568,8 +584,9 @@ impl Reader {
             sites: sites
                 .iter()
                 .take(limits.top)
-                .map(|(stack, (bytes, count))| SiteRow {
-                    frames: frames(*stack),
+                .map(|((before_recording, frames), (bytes, count))| SiteRow {
+                    frames: frames.clone(),
+                    before_recording: *before_recording,
                     bytes: *bytes,
                     blocks: *count,
                 })
@@ -667,6 +684,30 @@ fn why(o: &OomRow) -> String {
          small pool serves requests of 1 MiB and less): free it there with \
          torch.cuda.empty_cache(), or allocate on one stream"
             .to_string()
+    } else if o.free_in_segments >= o.requested {
+        // Enough was free in the cache, in pieces: a new segment was needed, and the device (or
+        // a cap on the process) refused it. torch frees only whole free segments before it gives
+        // up, never the free part of one that holds live blocks.
+        let refused = if o.device_free >= o.requested {
+            "the driver was never short (the device had more free): a cap on this process \
+             refused the new memory (torch.cuda.set_per_process_memory_fraction; torch's message \
+             says how much is allowed)"
+        } else {
+            "the device had too little free for a new segment"
+        };
+        if o.expandable {
+            format!(
+                "Fragmentation: more than was asked was free in the mapped pages, but not in one \
+                 piece (the free pages lie between live blocks), and {refused}"
+            )
+        } else {
+            format!(
+                "Fragmentation: more than was asked was free in the cached segments, but not in \
+                 one piece (the holes lie between live blocks of one segment, which torch does \
+                 not release), and {refused}. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+                 lets torch unmap the free pages and map them again where one piece fits"
+            )
+        }
     } else if o.device_free >= o.requested {
         // The allocator asks the driver for a new segment (or, expandable, for more pages) before
         // it gives up; with the device this free, only a limit of its own refuses that: the cap
@@ -701,40 +742,6 @@ fn why(o: &OomRow) -> String {
         )
     };
     format!("{} was asked for; {state}. {cause}", size(o.requested))
-}
-
-/// Whether torch's viewer shows a frame (`_frame_filter` in torch/cuda/_memory_viz.py, torch
-/// 2.15: the unwinder's and the interpreter's own frames are left out).
-fn shown(f: &Frame) -> bool {
-    const FUNCTIONS: [&str; 8] = [
-        "unwind::unwind",
-        "CapturedTraceback::gather",
-        "gather_with_cpp",
-        "_start",
-        "__libc_start_main",
-        "PyEval_",
-        "PyObject_",
-        "PyFunction_",
-    ];
-    const FILES: [&str; 10] = [
-        "core/boxing",
-        "/Register",
-        "/Redispatch",
-        "pythonrun.c",
-        "Modules/main.c",
-        "Objects/call.c",
-        "Objects/methodobject.c",
-        "pycore_ceval.h",
-        "ceval.c",
-        "cpython/abstract.h",
-    ];
-    !FUNCTIONS.iter().any(|n| f.name.contains(n)) && !FILES.iter().any(|n| f.filename.contains(n))
-}
-
-/// A frame as torch's `_frame_fmt` prints it: `file:line:function` (the file's last part).
-fn frame_text(f: &Frame) -> String {
-    let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-    format!("{file}:{}:{}", f.line, f.name)
 }
 
 /// What a snapshot file holds besides its entries.
@@ -820,8 +827,29 @@ fn recorded_replay(trace: &gpumem::trace::AllocTrace) -> Result<Snapshot> {
     snapshot.context("the replay recorded nothing")
 }
 
-/// Reads a snapshot file and reports what its history says in `range`.
-pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
+/// The devices of a file that hold anything (trace entries or segments), in words:
+/// `devices 0, 1`.
+fn devices_text(devices: &[usize]) -> String {
+    let list: Vec<String> = devices.iter().map(usize::to_string).collect();
+    match list.len() {
+        0 => "no device".to_string(),
+        1 => format!("device {}", list[0]),
+        _ => format!("devices {}", list.join(", ")),
+    }
+}
+
+/// The error for `--device N` when the file holds nothing on device N.
+fn no_such_device(path: &Path, device: usize, has: &[usize]) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{}: the snapshot holds nothing on device {device}; it has {} (give one of those)",
+        path.display(),
+        devices_text(has)
+    )
+}
+
+/// Reads a snapshot file and reports what its history says in `range`, for `device` (`None`:
+/// every device with entries or segments).
+pub fn inspect(path: &Path, range: Range, limits: Limits, device: Option<usize>) -> Result<Report> {
     let mut readers: Vec<Reader> = Vec::new();
     let contents = read_entries(path, |device, e, stack| {
         while readers.len() <= device {
@@ -851,6 +879,33 @@ pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
             path.display()
         );
     }
+    let has: Vec<usize> = readers.iter().map(|r| r.device).collect();
+    let (readers, device_choice) = match device {
+        Some(d) => {
+            if !has.contains(&d) {
+                return Err(no_such_device(path, d, &has));
+            }
+            let chosen = readers.into_iter().filter(|r| r.device == d).collect();
+            (
+                chosen,
+                format!(
+                    "device {d} (--device {d}; the file has {})",
+                    devices_text(&has)
+                ),
+            )
+        }
+        None if has.len() == 1 => (
+            readers,
+            format!("{} (the only one with anything)", devices_text(&has)),
+        ),
+        None => (
+            readers,
+            format!(
+                "{}: every device with entries or segments (--device N for one)",
+                devices_text(&has)
+            ),
+        ),
+    };
     if !range.is_whole() && readers.iter().all(|r| r.in_range == 0) {
         bail!("{}", empty_range(path, &range, &readers));
     }
@@ -872,8 +927,34 @@ pub fn inspect(path: &Path, range: Range, limits: Limits) -> Result<Report> {
         kind: contents.kind,
         alloc_conf: contents.alloc_conf,
         range,
+        device_choice,
         devices,
     })
+}
+
+/// The one device of a file a command draws or replays, and why, in words: `device` if given
+/// (by the option `flag`; an error naming the devices the file has if it has nothing there), else
+/// the device whose allocated peak is the largest.
+pub fn choose_device(path: &Path, device: Option<usize>, flag: &str) -> Result<(usize, String)> {
+    let limits = Limits { top: 0, frames: 1 };
+    let report = inspect(path, Range::default(), limits, device)?;
+    let has: Vec<usize> = report.devices.iter().map(|d| d.device).collect();
+    let best = report
+        .devices
+        .iter()
+        .max_by_key(|d| (d.peak_allocated.bytes, std::cmp::Reverse(d.device)))
+        .context("a report has a device")?;
+    let why = match (device, has.len()) {
+        (Some(d), _) => format!("device {d} ({flag} {d})"),
+        (None, 1) => format!("device {} (the only one with anything)", best.device),
+        (None, _) => format!(
+            "device {}: its allocated peak ({}) is the largest of {} ({flag} N for another)",
+            best.device,
+            gpumem::format_bytes(best.peak_allocated.bytes),
+            devices_text(&has)
+        ),
+    };
+    Ok((best.device, why))
 }
 
 /// Why `--range` selects nothing, naming what the file holds.
@@ -898,37 +979,94 @@ fn empty_range(path: &Path, range: &Range, readers: &[Reader]) -> String {
 }
 
 /// The entries of one device in `range`, with running totals, and its state at the range's end,
-/// as a gpumem snapshot (what `workbook viz --range` draws): only the entries in the range are
-/// held. `device`: the device to draw (default: the first with entries).
-pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
-    let mut device = None;
-    let mut reader = Reader::new(0, range);
-    let mut kept: Vec<TraceEntry> = Vec::new();
+/// as a gpumem snapshot (what `workbook viz --range` draws), and which device it is and why, in
+/// words: `device`, or else the one whose allocated peak in the range is the largest. The file is
+/// read once; only the entries in the range are held.
+pub fn window(path: &Path, range: Range, device: Option<usize>) -> Result<(Snapshot, String)> {
+    let mut readers: Vec<(Reader, Vec<TraceEntry>)> = Vec::new();
     let contents = read_entries(path, |d, e, stack| {
-        if *device.get_or_insert(d) != d {
-            return;
+        while readers.len() <= d {
+            readers.push((Reader::new(readers.len(), range), Vec::new()));
         }
+        let (reader, kept) = &mut readers[d];
         if reader.push(e, stack) {
             let mut e = e.clone();
             e.frames.clear();
             kept.push(e);
         }
     })?;
-    let device = device.unwrap_or(0);
-    if kept.is_empty() {
-        bail!(
-            "{}",
-            empty_range(path, &range, std::slice::from_ref(&reader))
-        );
-    }
-    let final_segments: Vec<&SegmentInfo> = contents
-        .segments
-        .iter()
-        .filter(|(d, _)| *d == device)
-        .map(|(_, s)| s)
+    let has: Vec<usize> = (0..readers.len().max(
+        contents
+            .segments
+            .iter()
+            .map(|(d, _)| d + 1)
+            .max()
+            .unwrap_or(0),
+    ))
+        .filter(|d| {
+            readers.get(*d).is_some_and(|(r, _)| r.model.applied() > 0)
+                || contents.segments.iter().any(|(s, _)| s == d)
+        })
         .collect();
+    if let Some(d) = device
+        && !has.contains(&d)
+    {
+        return Err(no_such_device(path, d, &has));
+    }
+    let final_segments = |d: usize| -> Vec<&SegmentInfo> {
+        contents
+            .segments
+            .iter()
+            .filter(|(x, _)| *x == d)
+            .map(|(_, s)| s)
+            .collect()
+    };
+    // Each device's allocated peak in the range, the state from before recording included.
+    let mut peaks: Vec<(usize, u64)> = Vec::new();
+    for (reader, kept) in &mut readers {
+        if kept.is_empty() {
+            continue;
+        }
+        reader.model.close(&final_segments(reader.device));
+        let running = reader.peak.map_or(0, |(bytes, ..)| bytes);
+        let before = i128::from(reader.model.allocated_before());
+        peaks.push((reader.device, (running + before).max(0) as u64));
+    }
+    let chosen = match device {
+        Some(d) => d,
+        None => peaks
+            .iter()
+            .max_by_key(|(d, bytes)| (*bytes, std::cmp::Reverse(*d)))
+            .map_or(has.first().copied().unwrap_or(0), |(d, _)| *d),
+    };
+    let why = match (device, peaks.len()) {
+        (Some(d), _) => format!("device {d} (--device {d})"),
+        (None, 0 | 1) => format!("device {chosen} (the only one with events in the range)"),
+        (None, _) => {
+            let bytes = peaks.iter().find(|(d, _)| *d == chosen).map_or(0, |p| p.1);
+            let with: Vec<usize> = peaks.iter().map(|(d, _)| *d).collect();
+            format!(
+                "device {chosen}: its allocated peak in the range ({}) is the largest of {} \
+                 (--device N for another)",
+                gpumem::format_bytes(bytes),
+                devices_text(&with)
+            )
+        }
+    };
+    let Some(at) = readers
+        .iter()
+        .position(|(r, k)| r.device == chosen && !k.is_empty())
+    else {
+        let readers: Vec<Reader> = readers
+            .into_iter()
+            .map(|(r, _)| r)
+            .filter(|r| r.model.applied() > 0)
+            .collect();
+        bail!("{}", empty_range(path, &range, &readers));
+    };
+    let (mut reader, mut kept) = readers.swap_remove(at);
     let at_end = reader.at_end.take().unwrap_or_else(|| reader.model.save());
-    reader.model.close(&final_segments);
+    reader.model.close(&final_segments(chosen));
     // Running totals from the state before the first entry (what was there when recording began).
     let mut allocated = i128::from(reader.model.allocated_before());
     let mut reserved = i128::from(reader.model.reserved_before());
@@ -949,15 +1087,16 @@ pub fn window(path: &Path, range: Range) -> Result<Snapshot> {
     // The segments at the range's end, with the live blocks in them and the gaps free.
     let layout = reader.model.layout(&at_end);
     let drawn = layout.segments.iter().map(segment_info).collect();
-    Ok(Snapshot {
-        device: format!("device {device} of {}", path.display()),
+    let snapshot = Snapshot {
+        device: format!("device {chosen} of {}", path.display()),
         segments: drawn,
         trace: kept,
         allocator_settings: gpumem::AllocatorConfig::parse(&contents.alloc_conf)
             .unwrap_or_default(),
         host_segments: Vec::new(),
         host_traces: Vec::new(),
-    })
+    };
+    Ok((snapshot, why))
 }
 
 /// A segment of a [`Layout`] as gpumem's snapshot type, its gaps inactive blocks.

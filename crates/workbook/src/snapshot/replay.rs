@@ -2,7 +2,7 @@
 //! holds (a snapshot's `device_traces` converted by `gpumem::trace::EntryConverter`), what
 //! `workbook replay` runs through a fresh allocator.
 
-use crate::snapshot::analysis::{Point, Range, range_text};
+use crate::snapshot::analysis::{Point, Range, choose_device, range_text};
 use anyhow::{Context, Result, bail};
 use gpumem::snapshot_pickle;
 use gpumem::trace::{AllocTrace, EntryConverter, TraceEvent};
@@ -21,6 +21,52 @@ pub fn read_trace(path: &Path) -> Result<AllocTrace> {
 /// replayable events, 24 bytes each, not the snapshot's entries.
 pub fn read_traces(path: &Path) -> Result<Vec<(String, AllocTrace)>> {
     read_traces_in(path, None)
+}
+
+/// Traces to replay, each with its name.
+pub type NamedTraces = Vec<(String, AllocTrace)>;
+
+/// The trace of one device of a snapshot pickle, and why that one, in words: `device` if given,
+/// else the device whose allocated peak is the largest ([`choose_device`]). A gpumem trace file
+/// is one trace, and no device is said.
+pub fn read_device_trace(
+    path: &Path,
+    range: Option<Range>,
+    device: Option<usize>,
+) -> Result<(NamedTraces, Option<String>)> {
+    if !snapshot_pickle::is_pickle(path) {
+        if let Some(n) = device {
+            bail!(
+                "{}: --snapshot-device {n}: a gpumem trace file holds one device's events",
+                path.display()
+            );
+        }
+        return Ok((read_traces_in(path, range)?, None));
+    }
+    let (chosen, why) = choose_device(path, device, "--snapshot-device")?;
+    let name = path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into(),
+    );
+    let traces = pickle_traces(path, range)?;
+    let one = traces.len() == 1;
+    let Some((_, trace)) = traces.into_iter().find(|(d, _)| *d == chosen) else {
+        bail!(
+            "{}: device {chosen} has no alloc entries to replay{}",
+            path.display(),
+            range
+                .map(|r| format!(" in {}", range_text(&r)))
+                .unwrap_or_default()
+        );
+    };
+    let label = if one {
+        name
+    } else {
+        format!("{name}:cuda:{chosen}")
+    };
+    // A file with one device to replay needs no word on which.
+    let said = (!one || device.is_some()).then_some(why);
+    Ok((vec![(label, trace)], said))
 }
 
 /// [`read_traces`], keeping only the events in `range` (`--range`): a trace file's events by
@@ -59,6 +105,23 @@ pub fn read_traces_in(path: &Path, range: Option<Range>) -> Result<Vec<(String, 
         }
         return Ok(vec![(name, kept)]);
     }
+    let traces = pickle_traces(path, range)?;
+    let one = traces.len() == 1;
+    Ok(traces
+        .into_iter()
+        .map(|(device, trace)| {
+            let label = if one {
+                name.clone()
+            } else {
+                format!("{name}:cuda:{device}")
+            };
+            (label, trace)
+        })
+        .collect())
+}
+
+/// The traces of a snapshot pickle's devices with alloc entries (in `range`), by device.
+fn pickle_traces(path: &Path, range: Option<Range>) -> Result<Vec<(usize, AllocTrace)>> {
     let traces = match range {
         None => snapshot_pickle::read_alloc_traces(path)
             .with_context(|| format!("reading the snapshot {}", path.display()))?,
@@ -96,16 +159,5 @@ pub fn read_traces_in(path: &Path, range: Option<Range>) -> Result<Vec<(String, 
             traces
         }
     };
-    let one = traces.len() == 1;
-    Ok(traces
-        .into_iter()
-        .map(|(device, trace)| {
-            let label = if one {
-                name.clone()
-            } else {
-                format!("{name}:cuda:{device}")
-            };
-            (label, trace)
-        })
-        .collect())
+    Ok(traces)
 }

@@ -31,8 +31,14 @@ pub enum View {
 /// `dump_snapshot` or PyTorch's `_dump_snapshot`, read as a stream: the drawn device's entries are
 /// held, 56 bytes each), with errors that name the file.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
+    read_device_snapshot(path, None)
+}
+
+/// [`read_snapshot`] of one device of a snapshot pickle (`None`: the first with entries); a
+/// gpumem snapshot holds one device.
+pub fn read_device_snapshot(path: &Path, device: Option<usize>) -> Result<Snapshot> {
     if gpumem::snapshot_pickle::is_pickle(path) {
-        return gpumem::snapshot_pickle::load_snapshot(path)
+        return gpumem::snapshot_pickle::load_device_snapshot(path, device)
             .with_context(|| format!("reading the snapshot {}", path.display()));
     }
     let text = std::fs::read_to_string(path)
@@ -602,10 +608,22 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
     let numbered = SegmentNumbers::of_snapshot(snapshot);
     let segments: Vec<&SegmentInfo> = numbered.iter().map(|(_, s)| *s).collect();
     let reserved: u64 = segments.iter().map(|s| s.total_size).sum();
+    // Live (and pending) bytes are the bytes asked for, as torch's viewer and `workbook inspect`
+    // count them; what the allocator's rounding adds to those blocks is counted apart.
     let mut by_kind = [0u64; 4];
+    let mut rounding = 0u64;
     for s in &segments {
         for block in &s.blocks {
-            by_kind[Kind::of(block.state, s.blocks.len()) as usize] += block.size;
+            let kind = Kind::of(block.state, s.blocks.len());
+            let counted = match kind {
+                // A file that records no size asked for (torch 2.0) counts the block's, as
+                // MemoryViz.js does.
+                Kind::Live | Kind::Pending if block.requested_size == 0 => block.size,
+                Kind::Live | Kind::Pending => block.requested_size.min(block.size),
+                Kind::Free | Kind::FreeSplit => block.size,
+            };
+            by_kind[kind as usize] += counted;
+            rounding += block.size - counted;
         }
     }
     let title = format!("Segments · {}", snapshot.device);
@@ -618,6 +636,9 @@ fn segment_map(snapshot: &Snapshot) -> Figure {
         ),
         format!("live {}", size(by_kind[Kind::Live as usize])),
     ];
+    if rounding > 0 {
+        summary.push(format!("rounding {}", size(rounding)));
+    }
     if by_kind[Kind::Pending as usize] > 0 {
         summary.push(format!(
             "pending free {}",
@@ -1012,6 +1033,7 @@ pub(crate) mod tests {
     use gpumem::history::{BlockInfo, TraceEntry};
 
     const MIB: u64 = 1 << 20;
+    const KIB: u64 = 1 << 10;
 
     /// A trace entry on stream 0 at time 0, without a frame or label (the pictures' tests use
     /// it too).
@@ -1213,6 +1235,40 @@ pub(crate) mod tests {
         // Two series, each an area and a line.
         assert_eq!(svg.matches("<path ").count(), 4);
         assert!(!svg.contains("<script"));
+    }
+
+    #[test]
+    fn live_bytes_in_the_segment_map_are_the_bytes_asked_for() {
+        // Two live blocks of 2.5 MiB and 1.5 MiB that asked for 1 000 000 B less in all; the
+        // rounding is said apart, so that live + rounding + free is what is reserved.
+        let a = 0x7f00_0000_0000u64;
+        let mut blocks = vec![
+            block(a, 2 * MIB + 512 * KIB, BlockState::ActiveAllocated),
+            block(
+                a + 2 * MIB + 512 * KIB,
+                MIB + 512 * KIB,
+                BlockState::ActiveAllocated,
+            ),
+            block(a + 4 * MIB, 16 * MIB, BlockState::Inactive),
+        ];
+        blocks[0].requested_size = 2 * MIB + 512 * KIB - 600_000;
+        blocks[1].requested_size = MIB + 512 * KIB - 400_000;
+        let s = Snapshot {
+            device: "cpu".to_string(),
+            segments: vec![segment(a, "large", blocks)],
+            trace: Vec::new(),
+            allocator_settings: gpumem::AllocatorConfig::default(),
+            host_segments: Vec::new(),
+            host_traces: Vec::new(),
+        };
+        let svg = segments_svg(&s);
+        let live = size(4 * MIB - 1_000_000);
+        let rounding = size(1_000_000);
+        assert!(
+            svg.contains(&format!("live {live} · rounding {rounding} · free 16 MiB")),
+            "{}",
+            svg.lines().find(|l| l.contains("live")).unwrap_or_default()
+        );
     }
 
     #[test]

@@ -25,8 +25,8 @@ mod read;
 mod write;
 
 pub use read::{
-    SnapshotContents, is_pickle, load_snapshot, read_alloc_traces, read_snapshot,
-    read_snapshot_file, read_snapshot_file_stacks, read_snapshot_stacks,
+    SnapshotContents, is_pickle, load_device_snapshot, load_snapshot, read_alloc_traces,
+    read_snapshot, read_snapshot_file, read_snapshot_file_stacks, read_snapshot_stacks,
 };
 pub use write::{dump_snapshot, write_snapshot};
 

@@ -948,19 +948,31 @@ pub fn read_alloc_traces(path: &Path) -> Result<Vec<(usize, AllocTrace)>, Snapsh
 /// and `reserved` the segments' bytes, both offset so that they end at what the segments hold.
 /// The chosen device's entries are held (56 bytes each).
 pub fn load_snapshot(path: &Path) -> Result<Snapshot, SnapshotPickleError> {
+    load_device_snapshot(path, None)
+}
+
+/// [`load_snapshot`] for one device (`None`: the first with trace entries, else with segments):
+/// only that device's entries are held.
+pub fn load_device_snapshot(
+    path: &Path,
+    device: Option<usize>,
+) -> Result<Snapshot, SnapshotPickleError> {
     let mut per_device: Vec<Vec<TraceEntry>> = Vec::new();
-    let contents = read_snapshot_file(path, |device, entry| {
-        if per_device.len() <= device {
-            per_device.resize_with(device + 1, Vec::new);
+    let contents = read_snapshot_file(path, |d, entry| {
+        if per_device.len() <= d {
+            per_device.resize_with(d + 1, Vec::new);
         }
-        // Only the first device with entries is drawn; later ones are not kept.
-        if per_device[..device].iter().all(Vec::is_empty) {
-            per_device[device].push(entry);
+        // Only the device drawn keeps its entries (by default the first with entries).
+        let kept = match device {
+            Some(wanted) => d == wanted,
+            None => per_device[..d].iter().all(Vec::is_empty),
+        };
+        if kept {
+            per_device[d].push(entry);
         }
     })?;
-    let device = per_device
-        .iter()
-        .position(|t| !t.is_empty())
+    let device = device
+        .or_else(|| per_device.iter().position(|t| !t.is_empty()))
         .or_else(|| contents.segments.first().map(|(d, _)| *d))
         .unwrap_or(0);
     let mut trace = per_device.into_iter().nth(device).unwrap_or_default();
