@@ -323,7 +323,8 @@ fn all_page_messages(book_dir: &Path, page: &Path, content: &str) -> Result<Vec<
 /// A page's Markdown translated by `catalog` (mdbook-i18n-helpers' own translation of a text).
 fn translate_markdown(content: &str, catalog: &Catalog) -> Result<String> {
     let content = plain_fences(content);
-    let events = extract_events(&content, None);
+    let mut events = extract_events(&content, None);
+    keep_heading_ids(&mut events);
     let translated = mdbook_i18n_helpers::translate_events(&events, catalog)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (text, _) = reconstruct_markdown(&translated, None).map_err(|e| {
@@ -333,6 +334,59 @@ fn translate_markdown(content: &str, catalog: &Catalog) -> Result<String> {
         )
     })?;
     Ok(restore_fences(&text))
+}
+
+/// Gives each heading without an id the id mdBook makes from its English text, so that a
+/// translated heading keeps it (written back as `{ #id }`) and every link to it still finds it.
+/// mdBook 0.5 lowercases the heading's text, keeps letters, digits, `_` and `-`, turns white
+/// space into `-`, and adds `-1`, `-2` (...) to an id the page already made; an id the page
+/// gives itself is kept and not counted.
+fn keep_heading_ids(events: &mut [(usize, Event<'_>)]) {
+    let mut used = std::collections::HashSet::new();
+    let mut open: Option<(usize, String)> = None;
+    for at in 0..events.len() {
+        match &events[at].1 {
+            Event::Start(Tag::Heading { id: None, .. }) => open = Some((at, String::new())),
+            Event::Text(text) | Event::Code(text) => {
+                if let Some((_, heading)) = &mut open {
+                    heading.push_str(text);
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                let Some((start, heading)) = open.take() else {
+                    continue;
+                };
+                let id = english_heading_id(&heading, &mut used);
+                if let Event::Start(Tag::Heading { id: slot, .. }) = &mut events[start].1
+                    && !id.is_empty()
+                {
+                    *slot = Some(id.into());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The id mdBook 0.5 gives a heading of `text` (its `id_from_content` and `unique_id`).
+fn english_heading_id(text: &str, used: &mut std::collections::HashSet<String>) -> String {
+    let id: String = text
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c),
+            c if c.is_whitespace() => Some('-'),
+            _ => None,
+        })
+        .collect();
+    let mut unique = id.clone();
+    let mut n = 0;
+    while !used.insert(unique.clone()) {
+        n += 1;
+        unique = format!("{id}-{n}");
+    }
+    unique
 }
 
 /// The preprocessor that translates the book into one language: it runs after the workbook's
@@ -843,6 +897,30 @@ mod tests {
             translate_markdown("One.\n\nTwo.\n\n```rust\nlet x = 1;\n```\n", &catalog).unwrap();
         assert!(
             text.starts_with("하나.\n\nTwo.") && text.contains("let x = 1;"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_translated_heading_keeps_the_id_of_its_english_text() {
+        let catalog = catalog(&[
+            ("Four fixes, measured", "네 가지 해결책, 측정", false),
+            ("`Buffer<T>` and you", "`Buffer<T>`와 여러분", false),
+            ("Mine", "내 것", false),
+        ]);
+        let page = "# Four fixes, measured\n\nText.\n\n## Four fixes, measured\n\n\
+                    ## `Buffer<T>` and you\n\n## Mine {#own}\n\n## Four fixes, measured\n";
+        let text = translate_markdown(page, &catalog).unwrap();
+        let headings: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+        assert_eq!(
+            headings,
+            [
+                "# 네 가지 해결책, 측정 { #four-fixes-measured }",
+                "## 네 가지 해결책, 측정 { #four-fixes-measured-1 }",
+                "## `Buffer<T>`와 여러분 { #buffert-and-you }",
+                "## 내 것 { #own }",
+                "## 네 가지 해결책, 측정 { #four-fixes-measured-2 }",
+            ],
             "{text}"
         );
     }
