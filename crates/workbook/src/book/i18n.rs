@@ -193,8 +193,16 @@ pub fn page_messages(content: &str) -> Result<Vec<(usize, String)>> {
     // A code block's events carry the line where it starts; its text runs on for as many lines
     // as it has.
     let mut code_lines = Vec::new();
+    let mut summaries = Vec::new();
     let mut open: Option<(usize, usize)> = None;
     for (line, event) in extract_events(content, None) {
+        if let (Event::Html(html), None) = (&event, &open) {
+            summaries.extend(
+                summary_texts(html)
+                    .into_iter()
+                    .map(|s| (line, s.to_string())),
+            );
+        }
         match (&event, &mut open) {
             (Event::Start(Tag::CodeBlock(_)), _) => open = Some((line, line)),
             (Event::End(TagEnd::CodeBlock), Some((start, end))) => {
@@ -209,11 +217,46 @@ pub fn page_messages(content: &str) -> Result<Vec<(usize, String)>> {
     }
     let messages =
         extract_messages(&plain_fences(content)).context("reading the page's Markdown")?;
-    Ok(messages
+    let mut messages: Vec<(usize, String)> = messages
         .into_iter()
         .filter(|(line, _)| !code_lines.iter().any(|code| code.contains(line)))
         .map(|(line, m)| (line, m.message))
-        .collect())
+        .chain(summaries)
+        .collect();
+    messages.sort_by_key(|(line, _)| *line);
+    Ok(messages)
+}
+
+/// The texts of the `<summary>...</summary>` elements of a piece of HTML (the hints' and the
+/// reveals' labels), which mdbook-i18n-helpers leaves out with the rest of an HTML block.
+fn summary_texts(html: &str) -> Vec<&str> {
+    let mut texts = Vec::new();
+    let mut rest = html;
+    while let Some((_, after)) = rest.split_once("<summary>") {
+        let Some((text, next)) = after.split_once("</summary>") else {
+            break;
+        };
+        if !text.trim().is_empty() {
+            texts.push(text.trim());
+        }
+        rest = next;
+    }
+    texts
+}
+
+/// `html` with the text of each `<summary>` element translated by `catalog`.
+fn translate_summaries(html: &str, catalog: &Catalog) -> String {
+    let mut out = html.to_string();
+    for text in summary_texts(html) {
+        let translated = lookup(catalog, text);
+        if translated != text {
+            out = out.replace(
+                &format!("<summary>{text}</summary>"),
+                &format!("<summary>{translated}</summary>"),
+            );
+        }
+    }
+    out
 }
 
 /// How much of a page a catalogue translates.
@@ -325,6 +368,11 @@ fn translate_markdown(content: &str, catalog: &Catalog) -> Result<String> {
     let content = plain_fences(content);
     let mut events = extract_events(&content, None);
     keep_heading_ids(&mut events);
+    for (_, event) in &mut events {
+        if let Event::Html(html) = event {
+            *event = Event::Html(translate_summaries(html, catalog).into());
+        }
+    }
     let translated = mdbook_i18n_helpers::translate_events(&events, catalog)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (text, _) = reconstruct_markdown(&translated, None).map_err(|e| {
@@ -921,6 +969,36 @@ mod tests {
                 "## 내 것 { #own }",
                 "## 네 가지 해결책, 측정 { #four-fixes-measured-2 }",
             ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_summarys_text_is_a_message_and_is_translated() {
+        let page = "Text.\n\n<details>\n<summary>Hint 1</summary>\n\nLook.\n\n</details>\n\n\
+                    <details class=\"wb-reveal\"><summary>The answer: predict first</summary>\n\n\
+                    More.\n\n</details>\n";
+        let messages: Vec<(usize, String)> = page_messages(page).unwrap();
+        let ids: Vec<&str> = messages.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "Text.",
+                "Hint 1",
+                "Look.",
+                "The answer: predict first",
+                "More."
+            ]
+        );
+        let catalog = catalog(&[
+            ("Hint 1", "힌트 1", false),
+            ("The answer: predict first", "답: 먼저 예측하십시오", false),
+        ]);
+        let text = translate_markdown(page, &catalog).unwrap();
+        assert!(
+            text.contains("<summary>힌트 1</summary>")
+                && text.contains("<summary>답: 먼저 예측하십시오</summary>")
+                && !text.contains("Hint 1"),
             "{text}"
         );
     }
