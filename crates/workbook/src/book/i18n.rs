@@ -14,7 +14,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use mdbook_driver::book::BookItem;
-use mdbook_i18n_helpers::{extract_events, extract_messages, reconstruct_markdown};
+use mdbook_i18n_helpers::{extract_events, extract_messages};
 use mdbook_preprocessor::book::Book;
 use mdbook_preprocessor::{Preprocessor, PreprocessorContext};
 use polib::catalog::Catalog;
@@ -375,13 +375,34 @@ fn translate_markdown(content: &str, catalog: &Catalog) -> Result<String> {
     }
     let translated = mdbook_i18n_helpers::translate_events(&events, catalog)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (text, _) = reconstruct_markdown(&translated, None).map_err(|e| {
+    let text = write_markdown(&translated).map_err(|e| {
         anyhow::anyhow!(
             "{e}: a translation's Markdown does not match its English message's (a code span, \
              a link or emphasis left unclosed?)"
         )
     })?;
     Ok(restore_fences(&text))
+}
+
+/// Writes a translated page's events back as Markdown, as mdbook-i18n-helpers'
+/// `reconstruct_markdown` does, but with emphasis as `*...*`: CommonMark opens and closes `_`
+/// only at the edge of a word, and to it two Chinese characters are one word, so `很_重要_的`
+/// stays plain text while `很*重要*的` is emphasis.
+fn write_markdown(events: &[(usize, Event<'_>)]) -> Result<String, pulldown_cmark_to_cmark::Error> {
+    let events = events.iter().map(|(_, event)| event);
+    let options = pulldown_cmark_to_cmark::Options {
+        code_block_token_count: pulldown_cmark_to_cmark::calculate_code_block_token_count(
+            events.clone(),
+        )
+        .unwrap_or(3),
+        list_token: '-',
+        emphasis_token: '*',
+        strong_token: "**",
+        ..Default::default()
+    };
+    let mut text = String::new();
+    pulldown_cmark_to_cmark::cmark_with_options(events, &mut text, options)?;
+    Ok(text.trim_start_matches('\n').to_string())
 }
 
 /// Gives each heading without an id the id mdBook makes from its English text, so that a
@@ -1001,6 +1022,16 @@ mod tests {
                 && !text.contains("Hint 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn emphasis_between_chinese_characters_is_written_with_stars() {
+        let catalog = catalog(&[("It is _very_ important.", "这*非常*重要。", false)]);
+        let text = translate_markdown("It is _very_ important.\n", &catalog).unwrap();
+        assert_eq!(text.trim_end(), "这*非常*重要。");
+        let emphasised = pulldown_cmark::Parser::new(&text)
+            .any(|event| matches!(event, Event::Start(Tag::Emphasis)));
+        assert!(emphasised, "mdBook would not show {text:?} as emphasis");
     }
 
     #[test]
