@@ -226,3 +226,108 @@ fn a_catalogue_that_is_not_gettext_is_a_clear_error() {
     assert!(!output.status.success());
     assert!(stderr.contains("ko.po"), "{stderr}");
 }
+
+/// Every `href="PAGE#ANCHOR"` of a built page, with the file it goes to (relative to `dest`;
+/// `None` outside the book) and the anchor.
+fn anchor_links(dest: &Path, file: &Path, html: &str) -> Vec<(Option<std::path::PathBuf>, String)> {
+    let mut links = Vec::new();
+    for part in html.split("href=\"").skip(1) {
+        let Some((href, _)) = part.split_once('"') else {
+            continue;
+        };
+        let Some((target, anchor)) = href.split_once('#') else {
+            continue;
+        };
+        if anchor.is_empty() || target.contains("://") || target.starts_with("//") {
+            continue;
+        }
+        let mut path = file.parent().unwrap_or(dest).to_path_buf();
+        if target.is_empty() {
+            path = file.to_path_buf();
+        } else {
+            for c in Path::new(target).components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        path.pop();
+                    }
+                    std::path::Component::Normal(name) => path.push(name),
+                    _ => {}
+                }
+            }
+        }
+        links.push((
+            path.strip_prefix(dest).ok().map(Path::to_path_buf),
+            anchor.to_string(),
+        ));
+    }
+    links
+}
+
+fn html_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("the built book").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            html_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "html") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_link_to_an_anchor_of_the_book_finds_it_in_every_language() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let dest = scratch.path().join("book");
+    let (output, stdout, stderr) = common::run(
+        common::workbook()
+            .arg("--root")
+            .arg(&root)
+            .args(["book", "--dest"])
+            .arg(&dest),
+    );
+    assert!(
+        output.status.success(),
+        "workbook book failed:\n{stdout}\n{stderr}"
+    );
+    let mut files = Vec::new();
+    html_files(&dest, &mut files);
+    for lang in ["ko", "zh-CN"] {
+        assert!(
+            files.iter().any(|f| f.starts_with(dest.join(lang))),
+            "no {lang} book in {}",
+            dest.display()
+        );
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        // print.html rewrites every link to its own copy of the pages.
+        if file.file_name().is_some_and(|n| n == "print.html") {
+            continue;
+        }
+        let html = std::fs::read_to_string(file).expect("a built page");
+        for (target, anchor) in anchor_links(&dest, file, &html) {
+            let Some(target) = target.filter(|t| t.extension().is_some_and(|e| e == "html")) else {
+                continue;
+            };
+            checked += 1;
+            let found = std::fs::read_to_string(dest.join(&target))
+                .is_ok_and(|t| t.contains(&format!("id=\"{anchor}\"")));
+            if !found {
+                broken.push(format!(
+                    "{} -> {}#{anchor}",
+                    file.strip_prefix(&dest).unwrap_or(file).display(),
+                    target.display()
+                ));
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} links to anchors found");
+    assert!(
+        broken.is_empty(),
+        "{} of {checked} links to an anchor find no element with that id:\n  {}",
+        broken.len(),
+        broken.join("\n  ")
+    );
+}

@@ -14,7 +14,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use mdbook_driver::book::BookItem;
-use mdbook_i18n_helpers::{extract_events, extract_messages, reconstruct_markdown};
+use mdbook_i18n_helpers::{extract_events, extract_messages};
 use mdbook_preprocessor::book::Book;
 use mdbook_preprocessor::{Preprocessor, PreprocessorContext};
 use polib::catalog::Catalog;
@@ -193,8 +193,16 @@ pub fn page_messages(content: &str) -> Result<Vec<(usize, String)>> {
     // A code block's events carry the line where it starts; its text runs on for as many lines
     // as it has.
     let mut code_lines = Vec::new();
+    let mut summaries = Vec::new();
     let mut open: Option<(usize, usize)> = None;
     for (line, event) in extract_events(content, None) {
+        if let (Event::Html(html), None) = (&event, &open) {
+            summaries.extend(
+                summary_texts(html)
+                    .into_iter()
+                    .map(|s| (line, s.to_string())),
+            );
+        }
         match (&event, &mut open) {
             (Event::Start(Tag::CodeBlock(_)), _) => open = Some((line, line)),
             (Event::End(TagEnd::CodeBlock), Some((start, end))) => {
@@ -209,11 +217,46 @@ pub fn page_messages(content: &str) -> Result<Vec<(usize, String)>> {
     }
     let messages =
         extract_messages(&plain_fences(content)).context("reading the page's Markdown")?;
-    Ok(messages
+    let mut messages: Vec<(usize, String)> = messages
         .into_iter()
         .filter(|(line, _)| !code_lines.iter().any(|code| code.contains(line)))
         .map(|(line, m)| (line, m.message))
-        .collect())
+        .chain(summaries)
+        .collect();
+    messages.sort_by_key(|(line, _)| *line);
+    Ok(messages)
+}
+
+/// The texts of the `<summary>...</summary>` elements of a piece of HTML (the hints' and the
+/// reveals' labels), which mdbook-i18n-helpers leaves out with the rest of an HTML block.
+fn summary_texts(html: &str) -> Vec<&str> {
+    let mut texts = Vec::new();
+    let mut rest = html;
+    while let Some((_, after)) = rest.split_once("<summary>") {
+        let Some((text, next)) = after.split_once("</summary>") else {
+            break;
+        };
+        if !text.trim().is_empty() {
+            texts.push(text.trim());
+        }
+        rest = next;
+    }
+    texts
+}
+
+/// `html` with the text of each `<summary>` element translated by `catalog`.
+fn translate_summaries(html: &str, catalog: &Catalog) -> String {
+    let mut out = html.to_string();
+    for text in summary_texts(html) {
+        let translated = lookup(catalog, text);
+        if translated != text {
+            out = out.replace(
+                &format!("<summary>{text}</summary>"),
+                &format!("<summary>{translated}</summary>"),
+            );
+        }
+    }
+    out
 }
 
 /// How much of a page a catalogue translates.
@@ -323,16 +366,96 @@ fn all_page_messages(book_dir: &Path, page: &Path, content: &str) -> Result<Vec<
 /// A page's Markdown translated by `catalog` (mdbook-i18n-helpers' own translation of a text).
 fn translate_markdown(content: &str, catalog: &Catalog) -> Result<String> {
     let content = plain_fences(content);
-    let events = extract_events(&content, None);
+    let mut events = extract_events(&content, None);
+    keep_heading_ids(&mut events);
+    for (_, event) in &mut events {
+        if let Event::Html(html) = event {
+            *event = Event::Html(translate_summaries(html, catalog).into());
+        }
+    }
     let translated = mdbook_i18n_helpers::translate_events(&events, catalog)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (text, _) = reconstruct_markdown(&translated, None).map_err(|e| {
+    let text = write_markdown(&translated).map_err(|e| {
         anyhow::anyhow!(
             "{e}: a translation's Markdown does not match its English message's (a code span, \
              a link or emphasis left unclosed?)"
         )
     })?;
     Ok(restore_fences(&text))
+}
+
+/// Writes a translated page's events back as Markdown, as mdbook-i18n-helpers'
+/// `reconstruct_markdown` does, but with emphasis as `*...*`: CommonMark opens and closes `_`
+/// only at the edge of a word, and to it two Chinese characters are one word, so `很_重要_的`
+/// stays plain text while `很*重要*的` is emphasis.
+fn write_markdown(events: &[(usize, Event<'_>)]) -> Result<String, pulldown_cmark_to_cmark::Error> {
+    let events = events.iter().map(|(_, event)| event);
+    let options = pulldown_cmark_to_cmark::Options {
+        code_block_token_count: pulldown_cmark_to_cmark::calculate_code_block_token_count(
+            events.clone(),
+        )
+        .unwrap_or(3),
+        list_token: '-',
+        emphasis_token: '*',
+        strong_token: "**",
+        ..Default::default()
+    };
+    let mut text = String::new();
+    pulldown_cmark_to_cmark::cmark_with_options(events, &mut text, options)?;
+    Ok(text.trim_start_matches('\n').to_string())
+}
+
+/// Gives each heading without an id the id mdBook makes from its English text, so that a
+/// translated heading keeps it (written back as `{ #id }`) and every link to it still finds it.
+/// mdBook 0.5 lowercases the heading's text, keeps letters, digits, `_` and `-`, turns white
+/// space into `-`, and adds `-1`, `-2` (...) to an id the page already made; an id the page
+/// gives itself is kept and not counted.
+fn keep_heading_ids(events: &mut [(usize, Event<'_>)]) {
+    let mut used = std::collections::HashSet::new();
+    let mut open: Option<(usize, String)> = None;
+    for at in 0..events.len() {
+        match &events[at].1 {
+            Event::Start(Tag::Heading { id: None, .. }) => open = Some((at, String::new())),
+            Event::Text(text) | Event::Code(text) => {
+                if let Some((_, heading)) = &mut open {
+                    heading.push_str(text);
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                let Some((start, heading)) = open.take() else {
+                    continue;
+                };
+                let id = english_heading_id(&heading, &mut used);
+                if let Event::Start(Tag::Heading { id: slot, .. }) = &mut events[start].1
+                    && !id.is_empty()
+                {
+                    *slot = Some(id.into());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The id mdBook 0.5 gives a heading of `text` (its `id_from_content` and `unique_id`).
+fn english_heading_id(text: &str, used: &mut std::collections::HashSet<String>) -> String {
+    let id: String = text
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c),
+            c if c.is_whitespace() => Some('-'),
+            _ => None,
+        })
+        .collect();
+    let mut unique = id.clone();
+    let mut n = 0;
+    while !used.insert(unique.clone()) {
+        n += 1;
+        unique = format!("{id}-{n}");
+    }
+    unique
 }
 
 /// The preprocessor that translates the book into one language: it runs after the workbook's
@@ -845,6 +968,70 @@ mod tests {
             text.starts_with("하나.\n\nTwo.") && text.contains("let x = 1;"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_translated_heading_keeps_the_id_of_its_english_text() {
+        let catalog = catalog(&[
+            ("Four fixes, measured", "네 가지 해결책, 측정", false),
+            ("`Buffer<T>` and you", "`Buffer<T>`와 여러분", false),
+            ("Mine", "내 것", false),
+        ]);
+        let page = "# Four fixes, measured\n\nText.\n\n## Four fixes, measured\n\n\
+                    ## `Buffer<T>` and you\n\n## Mine {#own}\n\n## Four fixes, measured\n";
+        let text = translate_markdown(page, &catalog).unwrap();
+        let headings: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+        assert_eq!(
+            headings,
+            [
+                "# 네 가지 해결책, 측정 { #four-fixes-measured }",
+                "## 네 가지 해결책, 측정 { #four-fixes-measured-1 }",
+                "## `Buffer<T>`와 여러분 { #buffert-and-you }",
+                "## 내 것 { #own }",
+                "## 네 가지 해결책, 측정 { #four-fixes-measured-2 }",
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_summarys_text_is_a_message_and_is_translated() {
+        let page = "Text.\n\n<details>\n<summary>Hint 1</summary>\n\nLook.\n\n</details>\n\n\
+                    <details class=\"wb-reveal\"><summary>The answer: predict first</summary>\n\n\
+                    More.\n\n</details>\n";
+        let messages: Vec<(usize, String)> = page_messages(page).unwrap();
+        let ids: Vec<&str> = messages.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "Text.",
+                "Hint 1",
+                "Look.",
+                "The answer: predict first",
+                "More."
+            ]
+        );
+        let catalog = catalog(&[
+            ("Hint 1", "힌트 1", false),
+            ("The answer: predict first", "답: 먼저 예측하십시오", false),
+        ]);
+        let text = translate_markdown(page, &catalog).unwrap();
+        assert!(
+            text.contains("<summary>힌트 1</summary>")
+                && text.contains("<summary>답: 먼저 예측하십시오</summary>")
+                && !text.contains("Hint 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn emphasis_between_chinese_characters_is_written_with_stars() {
+        let catalog = catalog(&[("It is _very_ important.", "这*非常*重要。", false)]);
+        let text = translate_markdown("It is _very_ important.\n", &catalog).unwrap();
+        assert_eq!(text.trim_end(), "这*非常*重要。");
+        let emphasised = pulldown_cmark::Parser::new(&text)
+            .any(|event| matches!(event, Event::Start(Tag::Emphasis)));
+        assert!(emphasised, "mdBook would not show {text:?} as emphasis");
     }
 
     #[test]
