@@ -482,7 +482,11 @@ fn history_records_allocations_segments_and_ooms() {
     );
     // torch 2.15 records the rounded request in the OOM entry (`params.size()`), not the 20 MiB
     // segment asked of the device (`alloc_size`, what the message's "Tried to allocate" says).
-    assert_eq!(trace[5].size, 8 * MIB as u64, "the OOM entry's size is the request's");
+    assert_eq!(
+        trace[5].size,
+        8 * MIB as u64,
+        "the OOM entry's size is the request's"
+    );
     // Each snapshot taken while recording adds a `snapshot` entry after reading the trace, as
     // torch 2.15's `snapshot()`: the next snapshot shows it.
     let json = a.snapshot().to_json();

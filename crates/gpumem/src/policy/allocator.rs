@@ -134,13 +134,8 @@ impl<B: RawMemory> CachingAllocator<B> {
             // As torch 2.15 (`record_trace(TraceEntry::OOM, device_free, params.size(), ..)`):
             // the entry carries the device's free bytes and the rounded request, not the
             // segment that was asked of the device.
-            st.history.record(
-                TraceAction::Oom,
-                free as u64,
-                rounded,
-                stream,
-                &st.stats,
-            );
+            st.history
+                .record(TraceAction::Oom, free as u64, rounded, stream, &st.stats);
             let allocated = st.stats.allocated_bytes.all.current;
             return Err(Error::OutOfMemory {
                 device: self.device.clone(),
