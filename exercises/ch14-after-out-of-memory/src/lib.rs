@@ -4,9 +4,10 @@
 //! keeps alive before trying again, and predict what `empty_cache()` costs the steps after it.
 //! Edit the items marked `TODO`.
 
+pub use ch14_given::{Step, StepFailure, measure_refill, train_step};
 pub use ch14_predict::{Cost, Lever, MIB, Steps};
 use gpumem::format::format_size;
-use gpumem::{Buffer, Device, Error, Result};
+use gpumem::{Device, Error, Result};
 
 // ANCHOR: reading
 /// The numbers of an out-of-memory message, in bytes: chapter 10's `OomReport`, and the
@@ -113,48 +114,7 @@ pub fn triage(reading: &Reading) -> Lever {
 }
 // ANCHOR_END: triage
 
-// ANCHOR: step
-/// What a finished training step holds.
-pub struct Step {
-    /// `batch × sample_bytes` bytes.
-    pub activations: Buffer<u8>,
-    /// `2 × batch × sample_bytes` bytes.
-    pub workspace: Buffer<u8>,
-}
-
-/// A step that ran out of memory, and what it keeps alive: like a Python exception, whose
-/// traceback holds the frames of the failed step and so their tensors.
-pub struct StepFailure {
-    /// The error.
-    pub error: Error,
-    /// The buffers the step had allocated when it failed.
-    pub frames: Vec<Buffer<u8>>,
-}
-
-/// One training step of `batch` samples: the activations, then a workspace twice their size.
-pub fn train_step(
-    dev: &Device,
-    batch: usize,
-    sample_bytes: usize,
-) -> std::result::Result<Step, StepFailure> {
-    let activations = dev
-        .alloc::<u8>(batch * sample_bytes)
-        .map_err(|error| StepFailure {
-            error,
-            frames: Vec::new(),
-        })?;
-    match dev.alloc::<u8>(2 * batch * sample_bytes) {
-        Ok(workspace) => Ok(Step {
-            activations,
-            workspace,
-        }),
-        Err(error) => Err(StepFailure {
-            error,
-            frames: vec![activations],
-        }),
-    }
-}
-
+// ANCHOR: fitted
 /// A step that fitted, and the messages of the tries that did not.
 pub struct Fitted {
     /// The batch that fitted.
@@ -164,7 +124,7 @@ pub struct Fitted {
     /// The message of each out-of-memory error on the way, in order.
     pub messages: Vec<String>,
 }
-// ANCHOR_END: step
+// ANCHOR_END: fitted
 
 // ANCHOR: fit_batch
 /// Runs `train_step` at `batch`, and after each out-of-memory error at half the batch, until a
@@ -177,31 +137,3 @@ pub fn fit_batch(dev: &Device, batch: usize, sample_bytes: usize) -> Result<Fitt
     todo!("fit a batch of at most {batch} samples of {sample_bytes} bytes on {dev}")
 }
 // ANCHOR_END: fit_batch
-
-// ANCHOR: measure
-/// Runs `steps` on `dev` from an emptied cache and returns what the statistics counted (the peak
-/// above what was reserved before, by buffers held elsewhere); the cache is emptied afterwards.
-pub fn measure_refill(dev: &Device, steps: Steps) -> Result<Cost> {
-    dev.empty_cache();
-    dev.reset_peak_memory_stats();
-    dev.reset_accumulated_memory_stats();
-    let held_before = dev.memory_reserved();
-    for _ in 0..steps.steps {
-        let buffers = (0..steps.buffers)
-            .map(|_| dev.alloc::<u8>(steps.size as usize))
-            .collect::<Result<Vec<_>>>()?;
-        drop(buffers);
-        if steps.empty_cache {
-            dev.empty_cache();
-        }
-    }
-    let stats = dev.memory_stats();
-    let cost = Cost {
-        device_allocs: stats.get("num_device_alloc").unwrap_or(0),
-        device_frees: stats.get("num_device_free").unwrap_or(0),
-        peak_reserved: dev.max_memory_reserved() - held_before,
-    };
-    dev.empty_cache();
-    Ok(cost)
-}
-// ANCHOR_END: measure
