@@ -868,13 +868,7 @@ impl BookCheck {
                     .await
                     .map_err(|e| format!("resizing the window: {e}"))?;
                 self.open(client, &file).await?;
-                client
-                    .execute(
-                        "localStorage.setItem('mdbook-theme', arguments[0]);",
-                        vec![json!(theme)],
-                    )
-                    .await
-                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                choose_theme(client, theme).await?;
                 client
                     .execute(FORGET_SEVERAL, vec![json!(SEVERAL_PAGE)])
                     .await
@@ -1258,13 +1252,7 @@ impl BookCheck {
         let theme = "navy";
         if let Some(first) = pictured.first() {
             self.open(client, first).await?;
-            client
-                .execute(
-                    "localStorage.setItem('mdbook-theme', arguments[0]);",
-                    vec![json!(theme)],
-                )
-                .await
-                .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+            choose_theme(client, theme).await?;
         }
         for file in &pictured {
             self.open(client, file).await?;
@@ -1457,13 +1445,7 @@ impl BookCheck {
                     .await
                     .map_err(|e| format!("resizing the window: {e}"))?;
                 self.open(client, &file).await?;
-                client
-                    .execute(
-                        "localStorage.setItem('mdbook-theme', arguments[0]);",
-                        vec![json!(theme)],
-                    )
-                    .await
-                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                choose_theme(client, theme).await?;
                 client
                     .execute(FORGET_SEVERAL, vec![json!(SEVERAL_PAGE)])
                     .await
@@ -2195,13 +2177,7 @@ impl BookCheck {
                 "ch03-drop-and-empty-cache-solution.html",
             ] {
                 self.open(client, page).await?;
-                client
-                    .execute(
-                        "localStorage.setItem('mdbook-theme', arguments[0]);",
-                        vec![json!(theme)],
-                    )
-                    .await
-                    .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+                choose_theme(client, theme).await?;
                 client
                     .execute(FORGET_SEVERAL, vec![json!(SEVERAL_PAGE)])
                     .await
@@ -2237,11 +2213,21 @@ impl BookCheck {
 }
 
 /// Puts the browser back as the other checks expect it: the light theme, 1280 px wide.
-async fn light_at_1280(client: &Client) -> Result<(), String> {
+/// Chooses mdBook's `theme` as a reader does (kept in localStorage): the pages opened after it
+/// show it.
+async fn choose_theme(client: &Client, theme: &str) -> Result<(), String> {
     client
-        .execute("localStorage.setItem('mdbook-theme', 'light');", vec![])
+        .execute(
+            "localStorage.setItem('mdbook-theme', arguments[0]);",
+            vec![json!(theme)],
+        )
         .await
-        .map_err(|e| format!("choosing the light theme again: {e}"))?;
+        .map_err(|e| format!("choosing the {theme} theme: {e}"))?;
+    Ok(())
+}
+
+async fn light_at_1280(client: &Client) -> Result<(), String> {
+    choose_theme(client, "light").await?;
     client
         .set_window_size(1280, 900)
         .await
