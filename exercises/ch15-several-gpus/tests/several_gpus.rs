@@ -1,9 +1,10 @@
 //! Graded tests for chapter 15: several GPUs.
 
 use ch15_predict::predict_per_rank;
-use ch15_several_gpus::{
-    Checkpoint, PerRank, Stage, Training, fsdp_step, load_on_rank, measure_per_rank, shard_model,
-};
+use ch15_several_gpus::{PerRank, Stage, Training, fsdp_step, load_on_rank};
+// The checkpoint, the sharded model and the measurement come from the given crate, never from
+// your `src/`.
+use ch15_given::{Checkpoint, measure_per_rank, shard_model};
 use gpumem::collective::ProcessGroup;
 use gpumem::optim::Optimizer;
 use gpumem::testing::{Draw, Prediction};
