@@ -1,7 +1,8 @@
 //! `workbook inspect` on snapshots torch really wrote on a GPU (conformance/real-snapshots: an
 //! H100, torch 2.11.0+cu130, 2026-11-27, by bench/record_torch_snapshot.py), against the counters
 //! torch printed in the same process right after each dump (`torch.cuda.memory_stats()`, in
-//! torch-counters.json).
+//! torch-counters.json). The first three were recorded with `stacks="python"`, the rest with
+//! torch's default (C++ frames too), an `empty_cache()`, and a fragmentation OOM.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -44,11 +45,11 @@ fn counters() -> Vec<Value> {
 #[test]
 fn inspect_ends_where_torchs_counters_ended() {
     let all = counters();
-    assert_eq!(all.len(), 3, "three recorded files");
+    assert_eq!(all.len(), 8, "eight recorded files");
     for c in &all {
         let file = c["file"].as_str().unwrap();
         let (d, _) = inspect(file);
-        let expandable = c["mode"] == "oom-expandable";
+        let expandable = c["mode"].as_str().unwrap().ends_with("-expandable");
         let pairs = [
             ("allocated_at_end", "allocated_bytes.all.current"),
             ("reserved_at_end", "reserved_bytes.all.current"),
@@ -67,8 +68,12 @@ fn inspect_ends_where_torchs_counters_ended() {
         if expandable {
             // torch's segment counter leaves expandable segments out (it said 0 with 1.84 GiB
             // mapped); inspect counts each stream's reserved range.
+            // inspect counts the mapped ranges, as torch's own `_snapshot()` lists them at the
+            // end of the file (one per pool and stream, more where pages were unmapped between):
+            // 2 in the OOM file, 8 in the fragmentation file, whose retry unmapped eight pages.
             assert_eq!(c["segment.all.current"], 0, "{file}");
-            assert_eq!(d["segments_at_end"], 2, "{file}: one range per stream");
+            let ranges = if c["mode"] == "oom-expandable" { 2 } else { 8 };
+            assert_eq!(d["segments_at_end"], ranges, "{file}: mapped ranges");
         } else {
             assert_eq!(
                 d["segments_at_end"], c["segment.all.current"],
@@ -295,4 +300,132 @@ fn blocks_from_before_recording_and_blocks_without_frames_are_two_sites() {
             && text.contains("     64.03 MiB         8  (no frames recorded)"),
         "{text}"
     );
+}
+
+#[test]
+fn a_fragmentation_oom_is_named_so_and_replays_with_torchs_numbers() {
+    // The `frag` program (bench/record_torch_snapshot.py): under a 2 GiB cap, every other 30 MiB
+    // block freed between live 64 MiB ones; 160 MiB then fails with 272 MiB free in pieces.
+    let frag = path("h100-torch-2.11-frag.pickle");
+    let torch = counters();
+    let run = |mode: &str| {
+        torch
+            .iter()
+            .find(|c| c["mode"] == mode)
+            .expect("a run")
+            .clone()
+    };
+    let message = run("frag")["oom"].as_str().unwrap().to_string();
+    assert!(message.contains("1.61 GiB is allocated by PyTorch, and 272.00 MiB is reserved"));
+    let (d, text) = inspect("h100-torch-2.11-frag.pickle");
+    assert_eq!(d["oom_count"], 1);
+    assert!(
+        text.contains("+ 272.00 MiB free in the segments (largest piece 32.00 MiB)")
+            && text.contains("Fragmentation: more than was asked was free in the cached segments"),
+        "{text}"
+    );
+    // Replayed under the job's cap, the same request fails with the numbers of torch's message.
+    let (ok, _, err) = replay(&["--repeat", "1", "--capacity", "2GiB", &frag]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("event 48: Out of memory")
+            && err.contains("Tried to allocate 160.00 MiB")
+            && err.contains("1.61 GiB is allocated by gpumem, and 272.00 MiB is reserved"),
+        "{err}"
+    );
+    // With expandable segments it fits, as it did when torch ran the same program with that
+    // setting (`frag-expandable`: no OOM), at the allocated peak torch counted.
+    let (ok, out, err) = replay(&[
+        "--repeat",
+        "1",
+        "--capacity",
+        "2GiB",
+        "--alloc-conf",
+        "expandable_segments:True",
+        "--json",
+        &frag,
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).expect("JSON");
+    let expandable = run("frag-expandable");
+    assert_eq!(expandable["num_ooms"], 0);
+    assert_eq!(rows[0]["oom_at_event"], Value::Null, "{out}");
+    assert_eq!(
+        rows[0]["peak_allocated_bytes"],
+        expandable["allocated_bytes.all.peak"]
+    );
+}
+
+#[test]
+fn the_real_expandable_run_replays_without_running_out() {
+    // torch's own run of the same program with `expandable_segments:True`: its retry unmapped
+    // eight free 20 MiB pages and mapped the 160 MiB; the replay, under the file's setting and
+    // the same cap, fits too and ends with what torch held.
+    let file = path("h100-torch-2.11-frag-expandable.pickle");
+    let (ok, out, err) = replay(&["--repeat", "1", "--capacity", "2GiB", "--json", &file]);
+    assert!(ok, "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(rows[0]["allocator_settings"], "expandable_segments:True");
+    assert_eq!(rows[0]["num_alloc_retries"], 1, "{out}");
+    let (d, text) = inspect("h100-torch-2.11-frag-expandable.pickle");
+    assert_eq!(d["oom_count"], 0);
+    assert!(
+        text.contains("allocator settings: expandable_segments:True"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_empty_cache_inside_the_recording_is_replayed() {
+    // `empty-cache`: torch.cuda.empty_cache() between two steps freed segments with no block
+    // freed; the replay does the same and peaks where torch's counters did, to the byte.
+    let (ok, out, err) = replay(&[
+        "--repeat",
+        "1",
+        "--json",
+        &path("h100-torch-2.11-empty-cache.pickle"),
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).expect("JSON");
+    let torch = counters();
+    let c = torch.iter().find(|c| c["mode"] == "empty-cache").unwrap();
+    assert_eq!(rows[0]["peak_reserved_bytes"], c["reserved_bytes.all.peak"]);
+    assert_eq!(
+        rows[0]["peak_allocated_bytes"],
+        c["allocated_bytes.all.peak"]
+    );
+    let notes = rows[0]["notes"].to_string();
+    assert!(notes.contains("1 empty_cache() call replayed"), "{notes}");
+}
+
+#[test]
+fn cpp_stacks_show_the_users_line_or_the_operator_never_the_allocator() {
+    // torch's default `stacks="all"`: every stack starts in torch's C++ allocator. A block with
+    // a Python frame is shown at the script's line; one allocated by the backward pass on
+    // autograd's thread (no Python frame) at the operator autograd ran (`at::_ops::mm::call`,
+    // `sum_dim_IntList`), so that the two are two sites.
+    for file in [
+        "h100-torch-2.11-train-cpp.pickle",
+        "h100-torch-2.11-oom-cpp.pickle",
+    ] {
+        let (d, text) = inspect(file);
+        let firsts: Vec<String> = d["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["frames"][0].as_str().map(str::to_string))
+            .collect();
+        assert!(firsts.len() >= 3, "{file}: {firsts:?}");
+        for first in &firsts {
+            assert!(
+                first.contains("record_torch_snapshot.py:") || first.contains("at::_ops::"),
+                "{file}: {first}"
+            );
+        }
+        assert!(
+            firsts.iter().any(|f| f.contains("at::_ops::mm::call")),
+            "{file}: {firsts:?}"
+        );
+        assert!(!text.contains("CachingAllocator"), "{file}:\n{text}");
+    }
 }

@@ -402,13 +402,13 @@ const SNAPSHOT_COMMANDS: [(&str, &[&str]); 8] = [
     ),
     (
         "snapshots-frag-inspect.txt",
-        &["inspect", "frag-oom.pickle", "--top", "3"],
+        &["inspect", "h100-torch-2.11-frag.pickle", "--top", "3"],
     ),
     (
         "snapshots-frag-replay.txt",
         &[
             "replay",
-            "frag-oom.pickle",
+            "h100-torch-2.11-frag.pickle",
             "--capacity",
             "2GiB",
             "--alloc-conf",
@@ -419,11 +419,11 @@ const SNAPSHOT_COMMANDS: [(&str, &[&str]); 8] = [
     ),
 ];
 
-/// The snapshots of the repository that [`SNAPSHOT_COMMANDS`] read too, from its root: one torch
-/// 2.11 recorded on an H100, and the corpus's out-of-memory error from fragmentation.
+/// The snapshots of the repository that [`SNAPSHOT_COMMANDS`] read too, from its root: two that
+/// torch 2.11 recorded on an H100, one of them an out-of-memory error from fragmentation.
 const COPIED_SNAPSHOTS: [&str; 2] = [
     "conformance/real-snapshots/h100-torch-2.11-oom-expandable.pickle",
-    "conformance/snapshots/frag-oom.pickle",
+    "conformance/real-snapshots/h100-torch-2.11-frag.pickle",
 ];
 
 /// The script that writes the fixture snapshots [`SNAPSHOT_COMMANDS`] read, from the

@@ -74,9 +74,11 @@ pub fn frame_text(f: &Frame) -> String {
     format!("{}:{}:{}", f.filename, f.line, f.name)
 }
 
-/// The frames of a stack shown for it, innermost first: its first `n` user frames; a stack with
-/// none (torch's own work, or frames that name no Python file) keeps the frames torch's viewers
-/// show, so that it is not mistaken for one with no frames.
+/// The frames of a stack shown for it, innermost first: its first `n` user frames. A stack with
+/// none (torch's own work, such as a backward pass on autograd's thread, which has no Python
+/// frame) keeps the frames torch's viewers show from the operator that allocated
+/// ([`operator_frames`]), so that it is not mistaken for one with no frames and two operators'
+/// blocks do not print alike.
 pub fn user_frames(stacks: &Stacks, stack: u32, n: usize) -> Vec<String> {
     let users: Vec<String> = stacks
         .frames(stack)
@@ -87,12 +89,29 @@ pub fn user_frames(stacks: &Stacks, stack: u32, n: usize) -> Vec<String> {
     if !users.is_empty() {
         return users;
     }
-    stacks
-        .frames(stack)
-        .filter(|f| shown(f))
+    let shown: Vec<&Frame> = stacks.frames(stack).filter(|f| shown(f)).collect();
+    operator_frames(&shown)
+        .iter()
         .take(n)
-        .map(frame_text)
+        .map(|f| frame_text(f))
         .collect()
+}
+
+/// A C++ stack from the operator on: from its first dispatcher entry (`at::_ops::mm::call`, the
+/// operator a user called or autograd ran), or else past the allocator and the empty-tensor
+/// helpers (`…CachingAllocator…`, `at::detail::empty_…`), which every block's stack starts with.
+/// A stack with neither is kept whole.
+pub fn operator_frames<'a, 'f>(frames: &'a [&'f Frame]) -> &'a [&'f Frame] {
+    let is_op_entry = |f: &&Frame| f.name.starts_with("at::_ops::") && f.name.contains("::call(");
+    if let Some(at) = frames.iter().position(is_op_entry) {
+        return &frames[at..];
+    }
+    let machinery =
+        |f: &&Frame| f.name.contains("CachingAllocator") || f.name.contains("at::detail::empty");
+    match frames.iter().rposition(machinery) {
+        Some(at) if at + 1 < frames.len() => &frames[at + 1..],
+        _ => frames,
+    }
 }
 
 /// A frame's text with its file's last part only (`_memory_viz.py`'s `_frame_fmt`): the file is
@@ -220,6 +239,49 @@ mod tests {
         for frame in &users {
             assert!(is_users(frame), "{frame:?}");
         }
+    }
+
+    #[test]
+    fn a_stack_without_user_frames_starts_at_the_operator() {
+        // the shape of a backward pass's block on autograd's thread (torch 2.11, H100): no
+        // Python frame, the allocator first
+        let backward = [
+            f(
+                "CUDACachingAllocator.cpp",
+                0,
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)",
+            ),
+            f(
+                "??",
+                0,
+                "at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)",
+            ),
+            f(
+                "??",
+                0,
+                "at::meta::structured_mm::meta(at::Tensor const&, at::Tensor const&)",
+            ),
+            f(
+                "??",
+                0,
+                "at::_ops::mm::call(at::Tensor const&, at::Tensor const&)",
+            ),
+            f(
+                "Functions.cpp",
+                0,
+                "torch::autograd::generated::AddmmBackward0_apply_functional()",
+            ),
+        ];
+        let refs: Vec<&Frame> = backward.iter().collect();
+        let kept = operator_frames(&refs);
+        assert_eq!(kept.len(), 2);
+        assert!(kept[0].name.starts_with("at::_ops::mm::call"));
+        // no dispatcher entry: past the allocator and the empty-tensor helpers
+        let refs: Vec<&Frame> = [&backward[0], &backward[1], &backward[4]].into();
+        assert_eq!(operator_frames(&refs).len(), 1);
+        // neither: whole
+        let refs: Vec<&Frame> = [&backward[4]].into();
+        assert_eq!(operator_frames(&refs).len(), 1);
     }
 
     #[test]
