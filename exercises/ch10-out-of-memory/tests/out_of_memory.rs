@@ -1,8 +1,9 @@
 //! Graded tests for chapter 10: out of memory.
 
+use ch10_given::{ACTIVATIONS, BUDGET, Fixes, GRADIENTS, MIB, SettingFix};
 use ch10_out_of_memory::{
-    ACTIVATIONS, BUDGET, Diagnosis, GRADIENTS, MIB, OomReport, SettingFix, budget_fraction,
-    diagnose, fix_setting, measure, parse_oom, parse_size, workload_reordered,
+    Diagnosis, OomReport, budget_fraction, diagnose, fix_setting, parse_oom, parse_size,
+    workload_reordered,
 };
 use ch10_predict::{CASES, Case, predict};
 use gpumem::testing::Prediction;
@@ -16,6 +17,20 @@ const TORCH_MESSAGE: &str = "CUDA out of memory. Tried to allocate 20.00 MiB. GP
     unallocated. If reserved but unallocated memory is large try setting \
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation \
     for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+
+/// Runs `case` with the official workload and measurement (the chapter's `given/` crate) and
+/// your fixes.
+fn measure(
+    dev: &gpumem::Device,
+    case: Case,
+) -> gpumem::Result<(ch10_predict::Outcome, Option<Error>)> {
+    let fixes = Fixes {
+        fix_setting,
+        budget_fraction,
+        workload_reordered,
+    };
+    ch10_given::measure(dev, case, fixes)
+}
 
 /// `value` units of `unit` bytes, rounded as torch's two decimals are read back.
 fn of(value: f64, unit: u64) -> u64 {
