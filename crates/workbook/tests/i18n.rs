@@ -43,6 +43,15 @@ fn book_repo(one: &str) -> FakeRepo {
         "# Two\n\nNot translated yet.\n\n```rust\n// a comment in code\nlet x = \"a string\";\n```\n",
     );
     repo.write("book/theme/workbook.js", "say(t('Right.'));\n");
+    // a picture with a label of words and numbers, one of numbers alone, and a view's history
+    repo.write(
+        "book/src/pictures/one-timeline.svg",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"><text x=\"1\">297 events · peak allocated 16 MiB</text><text>40 MiB</text></svg>\n",
+    );
+    repo.write(
+        "book/src/pictures/one-history.json",
+        r#"{"steps":[[0,"1. The first step"]],"trace":[]}"#,
+    );
     repo
 }
 
@@ -110,7 +119,7 @@ fn a_changed_english_message_becomes_fuzzy_and_its_page_shows_the_banner() {
     if gettext_missing() {
         return;
     }
-    let repo = book_repo("# One\n\nHello world.\n");
+    let repo = book_repo("# One\n\nHello world.\n\n![A timeline](pictures/one-timeline.svg)\n");
     workbook(&repo, &["i18n", "update"]);
     let template = catalog(&repo.root().join("po/messages.pot"));
     let ids: Vec<&str> = template.messages().map(|m| m.msgid()).collect();
@@ -120,6 +129,8 @@ fn a_changed_english_message_becomes_fuzzy_and_its_page_shows_the_banner() {
         "Two",
         "Not translated yet.",
         "Right.",
+        "%1 events · peak allocated %2",
+        "%1. The first step",
     ] {
         assert!(ids.contains(&id), "{id:?} missing from {ids:?}");
     }
@@ -136,6 +147,15 @@ fn a_changed_english_message_becomes_fuzzy_and_its_page_shows_the_banner() {
             ("One", "하나"),
             ("Hello world.", "안녕하세요."),
             ("Right.", "맞습니다."),
+            (
+                "![A timeline](pictures/one-timeline.svg)",
+                "![타임라인](pictures/one-timeline.svg)",
+            ),
+            (
+                "%1 events · peak allocated %2",
+                "이벤트 %1개 · 할당 최댓값 %2",
+            ),
+            ("%1. The first step", "%1. 첫 스텝"),
         ],
     );
 
@@ -152,6 +172,16 @@ fn a_changed_english_message_becomes_fuzzy_and_its_page_shows_the_banner() {
         !one.contains("wb-stale"),
         "a wholly translated page has a banner"
     );
+    // the picture's words in Korean, its numbers as drawn; the English picture unchanged
+    let svg = page(&dest, "ko/pictures/one-timeline.svg");
+    assert!(
+        svg.contains("<text x=\"1\">이벤트 297개 · 할당 최댓값 16 MiB</text><text>40 MiB</text>"),
+        "{svg}"
+    );
+    assert!(page(&dest, "pictures/one-timeline.svg").contains("297 events"));
+    let history: serde_json::Value =
+        serde_json::from_str(&page(&dest, "ko/pictures/one-history.json")).unwrap();
+    assert_eq!(history["steps"][0][1], "1. 첫 스텝");
     let two = page(&dest, "ko/two.html");
     assert!(two.contains("wb-stale") && two.contains("href=\"../two.html\""));
     assert!(two.contains("Not translated yet.") && two.contains("a comment in code"));
@@ -181,7 +211,8 @@ fn a_changed_english_message_becomes_fuzzy_and_its_page_shows_the_banner() {
         .unwrap_or_else(|| panic!("no line for one.md in:\n{coverage}"));
     assert_eq!(
         line.split_whitespace().collect::<Vec<_>>(),
-        ["one.md", "2", "1", "0"],
+        // the title twice (page and heading) and the view's step title; the changed line fuzzy
+        ["one.md", "3", "1", "0"],
         "{coverage}"
     );
     workbook(&repo, &["book", "--dest", dest.to_str().unwrap()]);
@@ -195,7 +226,7 @@ fn a_changed_english_message_becomes_fuzzy_and_its_page_shows_the_banner() {
 
 #[test]
 fn an_unknown_language_is_a_clear_error() {
-    let repo = book_repo("# One\n\nHello world.\n");
+    let repo = book_repo("# One\n\nHello world.\n\n![A timeline](pictures/one-timeline.svg)\n");
     let (output, stdout, stderr) = common::run(
         common::workbook()
             .arg("--root")
@@ -214,7 +245,7 @@ fn a_catalogue_that_is_not_gettext_is_a_clear_error() {
     if gettext_missing() {
         return;
     }
-    let repo = book_repo("# One\n\nHello world.\n");
+    let repo = book_repo("# One\n\nHello world.\n\n![A timeline](pictures/one-timeline.svg)\n");
     workbook(&repo, &["i18n", "update"]);
     repo.write("po/ko.po", "msgid \"One\"\nmsgstr \"하나\n");
     let (output, _, stderr) = common::run(

@@ -360,6 +360,10 @@ fn all_page_messages(book_dir: &Path, page: &Path, content: &str) -> Result<Vec<
         .map(|(_, m)| m)
         .collect();
     messages.extend(quiz_messages(book_dir, page, content)?);
+    let src = book_dir.join("src");
+    for picture in super::picture_labels::page_pictures(&src, page, content) {
+        messages.extend(super::picture_labels::picture_messages(&src, &picture)?);
+    }
     Ok(messages)
 }
 
@@ -789,6 +793,14 @@ pub fn extract(book_dir: &Path) -> Result<Catalog> {
                 );
                 for msgid in quiz_messages(book_dir, path, &page.content)? {
                     add(&msgid, quiz.clone());
+                }
+                let pictures = book_dir.join("src");
+                for picture in super::picture_labels::page_pictures(&pictures, path, &page.content)
+                {
+                    let shown = src.join(&picture).to_string_lossy().replace('\\', "/");
+                    for msgid in super::picture_labels::picture_messages(&pictures, &picture)? {
+                        add(&msgid, shown.clone());
+                    }
                 }
             }
             BookItem::PartTitle(title) => add(title, "src/SUMMARY.md".to_string()),

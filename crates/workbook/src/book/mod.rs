@@ -9,6 +9,7 @@
 pub mod i18n;
 pub mod page_outputs;
 pub mod pages;
+pub mod picture_labels;
 pub mod pictures;
 pub mod serve;
 
@@ -182,7 +183,7 @@ fn build_language(book_dir: &Path, dest: Option<&Path>, lang: Option<&str>) -> R
         check_includes(&book)?;
         keep_solutions_out_of_search(&mut book, &pages)?;
         book.with_preprocessor(pages);
-        if let (Some(lang), Some(catalog)) = (lang, catalog) {
+        if let (Some(lang), Some(catalog)) = (lang, catalog.clone()) {
             book.config.book.language = Some(lang.to_string());
             let script = i18n::book_script(book_dir)?;
             book.with_preprocessor(i18n::Translate {
@@ -200,8 +201,9 @@ fn build_language(book_dir: &Path, dest: Option<&Path>, lang: Option<&str>) -> R
             )
         })?;
         let out = book.root.join(&book.config.build.build_dir);
-        if lang.is_some() {
+        if let Some(catalog) = &catalog {
             i18n::index_translated_words(&out)?;
+            picture_labels::translate_built_pictures(&out, catalog)?;
         }
         Ok(out)
     });
