@@ -492,20 +492,26 @@
     function describe(e) {
         var what;
         // Segments are numbered from 1 here, as the static segment map numbers them.
-        var where = e.segment === null ? '' : ' in segment ' + (e.segment + 1);
+        var segment = e.segment === null ? null : e.segment + 1;
         if (e.action === 'alloc' || e.action === 'free_requested'
             || e.action === 'free_completed') {
-            what = e.action + ' ' + size(e.size) + ' (' + size(e.requested) + ' requested) on stream '
-                + e.stream + where;
+            what = segment === null
+                ? t('{0} {1} ({2} requested) on stream {3}', e.action, size(e.size),
+                    size(e.requested), e.stream)
+                : t('{0} {1} ({2} requested) on stream {3} in segment {4}', e.action,
+                    size(e.size), size(e.requested), e.stream, segment);
         } else if (e.action === 'snapshot') {
-            what = 'snapshot taken, ' + size(e.size) + ' active';
+            what = t('snapshot taken, {0} active', size(e.size));
         } else if (e.action === 'oom') {
-            what = 'out of memory: a segment of ' + size(e.size) + ' could not be reserved on stream '
-                + e.stream;
+            what = t('out of memory: a segment of {0} could not be reserved on stream {1}',
+                     size(e.size), e.stream);
         } else {
-            what = e.action + ' ' + size(e.size) + where + ' on stream ' + e.stream;
+            what = segment === null
+                ? t('{0} {1} on stream {2}', e.action, size(e.size), e.stream)
+                : t('{0} {1} in segment {2} on stream {3}', e.action, size(e.size), segment,
+                    e.stream);
         }
-        return what + ' → allocated ' + size(e.allocated) + ', reserved ' + size(e.reserved);
+        return t('{0} → allocated {1}, reserved {2}', what, size(e.allocated), size(e.reserved));
     }
 
     // The walkthrough's steps (`steps`: [index, label], the step beginning at event `index`):
@@ -631,8 +637,7 @@
             return d + ' L' + right + ' ' + y(value).toFixed(1) + ' L' + right + ' ' + bottom + ' Z';
         };
         var svg = svgElement('svg', { width: width, height: height, role: 'img',
-            'aria-label': 'Allocated and reserved bytes after each event; the line marks event '
-                + (current + 1) + ' of ' + rows.length });
+            'aria-label': t('Allocated and reserved bytes after each event; the line marks event {0} of {1}', current + 1, rows.length) });
         svg.appendChild(svgElement('path', { d: path(1), class: 'wb-mv-reserved' }));
         svg.appendChild(svgElement('path', { d: path(0), class: 'wb-mv-allocated' }));
         svg.appendChild(svgElement('line', { x1: left, x2: right, y1: bottom, y2: bottom,
@@ -674,9 +679,9 @@
                 marked = cx;
             }
         });
-        label('peak ' + size(peak), [left, 13], 'start');
-        label('event 1', [left, height - 4], 'start');
-        label('event ' + rows.length, [right, height - 4], 'end');
+        label(t('peak {0}', size(peak)), [left, 13], 'start');
+        label(t('event {0}', 1), [left, height - 4], 'start');
+        label(t('event {0}', rows.length), [right, height - 4], 'end');
         var cx = x(current - 1) + 0.5;
         svg.appendChild(svgElement('line', { x1: cx, x2: cx, y1: top - 4, y2: bottom + 4,
                                              class: 'wb-mv-cursor' }));
@@ -705,8 +710,8 @@
                 return b.pending ? sum : sum + b.size;
             }, 0);
             var row = element('div', 'wb-mv-segment');
-            row.appendChild(element('div', 'wb-mv-segment-name', 'segment ' + (s.number + 1) + ' · '
-                + size(s.size) + ' · live ' + size(live)));
+            row.appendChild(element('div', 'wb-mv-segment-name',
+                t('segment {0} · {1} · live {2}', s.number + 1, size(s.size), size(live))));
             var bar = element('div', 'wb-mv-bar');
             bar.style.width = (100 * s.size / largest).toFixed(2) + '%';
             row.appendChild(bar);
@@ -725,15 +730,14 @@
                 block.style.width = width.toFixed(3) + '%';
                 block.tabIndex = 0;
                 block.setAttribute('role', 'button');
-                var words = 'block of ' + size(b.size) + ' (' + size(b.requested)
-                    + ' requested) on stream ' + b.stream + ', at offset ' + size(b.offset)
-                    + ' of segment ' + (s.number + 1) + (b.at < 0
-                        ? ', allocated before recording began'
-                        : ', allocated at event ' + (b.at + 1))
-                    + (b.pending ? '; freed, not yet back in the cache' : '');
-                if (b.offset === 0) {
-                    words = words.replace('at offset 0 B of', 'at the start of');
-                }
+                var words = (b.offset === 0
+                    ? t('block of {0} ({1} requested) on stream {2}, at the start of segment {3}',
+                        size(b.size), size(b.requested), b.stream, s.number + 1)
+                    : t('block of {0} ({1} requested) on stream {2}, at offset {3} of segment {4}',
+                        size(b.size), size(b.requested), b.stream, size(b.offset), s.number + 1))
+                    + (b.at < 0 ? t(', allocated before recording began')
+                        : t(', allocated at event {0}', b.at + 1))
+                    + (b.pending ? t('; freed, not yet back in the cache') : '');
                 block.setAttribute('aria-label', words);
                 var show = function () {
                     view.block.textContent = words.charAt(0).toUpperCase() + words.slice(1);
@@ -753,9 +757,8 @@
     function buildView(history, after) {
         var last = history.trace.length - 1;
         var view = element('section', 'wb-memview');
-        view.setAttribute('aria-label', 'The allocator’s events, step by step');
-        view.appendChild(element('p', 'wb-mv-title', 'Step through the allocator’s '
-            + history.trace.length + ' events (' + history.device + ')'));
+        view.setAttribute('aria-label', t('The allocator’s events, step by step'));
+        view.appendChild(element('p', 'wb-mv-title', t('Step through the allocator’s {0} events ({1})', history.trace.length, history.device)));
         var controls = addSteps(view, last, 'event');
         var previous = controls.previous, next = controls.next;
         var slider = controls.slider, count = controls.count;
@@ -778,7 +781,7 @@
         });
         if (steps.length > 0) {
             var list = element('ul', 'wb-mv-steps');
-            list.setAttribute('aria-label', 'The walkthrough’s steps');
+            list.setAttribute('aria-label', t('The walkthrough’s steps'));
             stepItems.forEach(function (item) {
                 list.appendChild(item);
             });
@@ -810,11 +813,11 @@
             current = Math.max(0, Math.min(last, i));
             view.current = current;
             slider.value = String(current);
-            count.textContent = 'event ' + (current + 1) + ' of ' + (last + 1);
+            count.textContent = t('event {0} of {1}', current + 1, last + 1);
             previous.disabled = current === 0;
             next.disabled = current === last;
             var step = stepAt(steps, current);
-            view.event.textContent = (step < 0 ? '' : 'Step ' + steps[step][1] + ' · ')
+            view.event.textContent = (step < 0 ? '' : t('Step {0}', steps[step][1]) + ' · ')
                 + describe(eventOf(history, history.trace[current]));
             view.setAttribute('data-event', String(current));
             view.setAttribute('data-step', String(step + 1));
@@ -850,16 +853,16 @@
     // per pinned block the copies used, stepped through call by call; hovering, tapping or
     // focusing a span says what it was. Placed on the axis as the static picture places them:
     // by the recorded order, never by time.
-    var KIND_WORDS = { host_to_device: 'copy host→device', device_to_host: 'copy device→host',
-                       device_to_device: 'copy device→device' };
-
     function describeCall(w) {
-        var what = KIND_WORDS[w[2]] || 'kernel ' + w[3];
-        var words = what + ' ' + size(w[5]) + ' on stream ' + w[4];
-        if (w[6] !== null) {
-            words += (w[2] === 'device_to_host' ? ' into' : ' from') + ' pinned block ' + w[6];
+        var kinds = { host_to_device: t('copy host→device'), device_to_host: t('copy device→host'),
+                      device_to_device: t('copy device→device') };
+        var what = kinds[w[2]] || t('kernel {0}', w[3]);
+        if (w[6] === null) {
+            return t('{0} {1} on stream {2}', what, size(w[5]), w[4]);
         }
-        return words;
+        return w[2] === 'device_to_host'
+            ? t('{0} {1} on stream {2} into pinned block {3}', what, size(w[5]), w[4], w[6])
+            : t('{0} {1} on stream {2} from pinned block {3}', what, size(w[5]), w[4], w[6]);
     }
 
     // Each call's [start, end] on the axis: its ends in order, one step apart, a call that begins
@@ -892,9 +895,8 @@
         var last = work.length - 1;
         var placed = callPositions(work);
         var view = element('section', 'wb-memview wb-actview');
-        view.setAttribute('aria-label', 'The copies and kernels, call by call');
-        view.appendChild(element('p', 'wb-mv-title', 'Step through the ' + work.length
-            + ' copies and kernels (' + activity.device + ')'));
+        view.setAttribute('aria-label', t('The copies and kernels, call by call'));
+        view.appendChild(element('p', 'wb-mv-title', t('Step through the {0} copies and kernels ({1})', work.length, activity.device)));
         var controls = addSteps(view, last, 'call');
         var previous = controls.previous, next = controls.next;
         var slider = controls.slider, count = controls.count;
@@ -944,7 +946,7 @@
                     .toFixed(3) + '%';
                 span.tabIndex = 0;
                 span.setAttribute('role', 'button');
-                var words = 'Call ' + (i + 1) + ': ' + describeCall(w);
+                var words = t('Call {0}: {1}', i + 1, describeCall(w));
                 span.setAttribute('aria-label', words);
                 var show = function () {
                     info.textContent = words;
@@ -972,8 +974,8 @@
                     calls.push(i);
                 }
             });
-            lane('stream ' + s + (s === 0 ? ' · default stream: compute' : ' · a side stream'),
-                 calls);
+            lane(s === 0 ? t('stream {0} · default stream: compute', s)
+                : t('stream {0} · a side stream', s), calls);
         });
         blocks.forEach(function (b) {
             var calls = [];
@@ -988,10 +990,11 @@
                     bytes = e[3];
                 }
             });
-            lane('pinned block ' + b + ' · host memory, ' + size(bytes), calls, b);
+            lane(t('pinned block {0} · host memory, {1}', b, size(bytes)), calls, b);
         });
         var legend = element('p', 'wb-mv-legend');
-        [['wb-av-host_to_device', 'copy host→device'], ['wb-av-device_to_host', 'copy device→host'],
+        [['wb-av-host_to_device', t('copy host→device')],
+         ['wb-av-device_to_host', t('copy device→host')],
          ['wb-av-kernel', t('kernel')], ['wb-av-inuse', t('pinned block in use')]]
             .forEach(function (k) {
                 var item = element('span', 'wb-mv-key');
@@ -1001,19 +1004,17 @@
         view.appendChild(legend);
         view.appendChild(info);
         view.appendChild(element('p', 'wb-av-note', activity.device === 'cpu'
-            ? 'On the cpu device each copy and kernel runs when issued: nothing overlaps. On a GPU '
-              + 'the side-stream copies would run under the compute.'
-            : 'Each span is a call, from its start to its return: on a GPU a queued copy or kernel '
-              + 'runs later, and gpumem records no GPU times.'));
+            ? t('On the cpu device each copy and kernel runs when issued: nothing overlaps. On a GPU the side-stream copies would run under the compute.')
+            : t('Each span is a call, from its start to its return: on a GPU a queued copy or kernel runs later, and gpumem records no GPU times.')));
         var current = 0;
         view.go = function (i) {
             current = Math.max(0, Math.min(last, i));
             view.current = current;
             slider.value = String(current);
-            count.textContent = 'call ' + (current + 1) + ' of ' + work.length;
+            count.textContent = t('call {0} of {1}', current + 1, work.length);
             previous.disabled = current === 0;
             next.disabled = current === last;
-            said.textContent = 'Call ' + (current + 1) + ': ' + describeCall(work[current]);
+            said.textContent = t('Call {0}: {1}', current + 1, describeCall(work[current]));
             view.setAttribute('data-call', String(current));
             spans.forEach(function (span) {
                 span.classList.toggle('wb-av-current',
@@ -1098,10 +1099,8 @@
         var steps = data.steps;
         var last = steps.length - 1;
         var view = element('section', 'wb-memview wb-kvview');
-        view.setAttribute('aria-label', 'The block pool and the block tables, step by step');
-        view.appendChild(element('p', 'wb-mv-title', 'Step through ' + steps.length
-            + ' steps of a pool of ' + data.num_blocks + ' blocks of ' + data.block_size
-            + ' tokens'));
+        view.setAttribute('aria-label', t('The block pool and the block tables, step by step'));
+        view.appendChild(element('p', 'wb-mv-title', t('Step through {0} steps of a pool of {1} blocks of {2} tokens', steps.length, data.num_blocks, data.block_size)));
         var controls = addSteps(view, last, 'step');
         var said = element('p', 'wb-mv-event');
         said.setAttribute('aria-live', 'polite');
@@ -1122,9 +1121,9 @@
             c.setAttribute('data-block', String(block));
             c.tabIndex = 0;
             c.setAttribute('role', 'button');
-            var words = request === null ? 'Block ' + block + ': free'
-                : 'Block ' + block + ': request ' + request + ', ' + filled + ' of '
-                  + data.block_size + ' tokens';
+            var words = request === null ? t('Block {0}: free', block)
+                : t('Block {0}: request {1}, {2} of {3} tokens', block, request, filled,
+                    data.block_size);
             c.setAttribute('aria-label', words);
             var fill = element('span', 'wb-kv-fill');
             fill.style.height = (request === null ? 0 : 100 * filled / data.block_size) + '%';
@@ -1144,7 +1143,7 @@
             var s = steps[current];
             // The simulator's own step number, as the line below says it ("Step 27"), and the
             // last one: never a second count of the same thing.
-            controls.count.textContent = 'step ' + s.step + ' of ' + steps[last].step;
+            controls.count.textContent = t('step {0} of {1}', s.step, steps[last].step);
             controls.previous.disabled = current === 0;
             controls.next.disabled = current === last;
             var owner = {};
@@ -1154,11 +1153,10 @@
                 });
             });
             var held = Object.keys(owner).length;
-            said.textContent = 'Step ' + s.step + ': ' + s.running.length + ' running, '
-                + held + ' of ' + data.num_blocks + ' blocks held, '
-                + s.waiting.length + ' waiting'
-                + (s.preempted.length > 0 ? '; preempted: request ' + s.preempted.join(', ')
-                   + ' (its blocks freed, to recompute)' : '');
+            said.textContent = t('Step {0}: {1} running, {2} of {3} blocks held, {4} waiting',
+                                 s.step, s.running.length, held, data.num_blocks,
+                                 s.waiting.length)
+                + (s.preempted.length > 0 ? t('; preempted: request {0} (its blocks freed, to recompute)', s.preempted.join(', ')) : '');
             view.setAttribute('data-step', String(current));
             pool.textContent = '';
             for (var b = 0; b < data.num_blocks; b++) {
@@ -1169,8 +1167,8 @@
             s.running.forEach(function (r) {
                 var row = element('div', 'wb-kv-table');
                 row.setAttribute('data-request', String(r[0]));
-                row.appendChild(element('div', 'wb-kv-name', 'request ' + r[0] + ' · ' + r[1]
-                    + ' of ' + r[2] + ' tokens'));
+                row.appendChild(element('div', 'wb-kv-name',
+                    t('request {0} · {1} of {2} tokens', r[0], r[1], r[2])));
                 var cells = element('div', 'wb-kv-cells');
                 r[3].forEach(function (b, k) {
                     cells.appendChild(cell(b, r[0], Math.min(data.block_size,

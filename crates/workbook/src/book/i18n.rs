@@ -385,7 +385,51 @@ fn translate_markdown(content: &str, catalog: &Catalog) -> Result<String> {
              a link or emphasis left unclosed?)"
         )
     })?;
-    Ok(restore_fences(&text))
+    Ok(restore_alerts(&restore_fences(&text)))
+}
+
+/// GitHub's alerts (`> [!NOTE]` on a blockquote's first line), which the extraction reads as
+/// text and writes back escaped and joined to the words after it (`> \[!NOTE\] The package`):
+/// the marker unescaped and on its own line again, so that mdBook draws the alert.
+fn restore_alerts(text: &str) -> String {
+    const KINDS: [&str; 5] = ["NOTE", "TIP", "IMPORTANT", "WARNING", "CAUTION"];
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let quote_end = line
+            .char_indices()
+            .take_while(|(_, c)| *c == '>' || *c == ' ')
+            .last()
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let (quote, rest) = line.split_at(quote_end);
+        let marker = KINDS
+            .iter()
+            .find(|k| rest.starts_with(&format!("\\[!{k}\\]")));
+        match marker {
+            Some(kind) if quote.contains('>') => {
+                // the writer opens a blockquote with an empty quoted line: the marker must be
+                // the quote's first line
+                let previous = out[..out.len().saturating_sub(1)]
+                    .rfind('\n')
+                    .map_or(0, |i| i + 1);
+                if out[previous..]
+                    .trim_end_matches('\n')
+                    .chars()
+                    .all(|c| c == '>' || c == ' ')
+                    && out[previous..].contains('>')
+                {
+                    out.truncate(previous);
+                }
+                let after = rest[kind.len() + 5..].trim_start();
+                out.push_str(&format!("{quote}[!{kind}]\n"));
+                if !after.trim().is_empty() {
+                    out.push_str(quote);
+                    out.push_str(after);
+                }
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// Writes a translated page's events back as Markdown, as mdbook-i18n-helpers'
@@ -938,6 +982,18 @@ mod tests {
             );
         }
         catalog
+    }
+
+    #[test]
+    fn an_alert_keeps_its_marker_on_its_own_line() {
+        assert_eq!(
+            restore_alerts("a\n\n> \\[!NOTE\\] 이 패키지는\n> 둘째 줄\n"),
+            "a\n\n> [!NOTE]\n> 이 패키지는\n> 둘째 줄\n"
+        );
+        assert_eq!(
+            restore_alerts("\\[!NOTE\\] not quoted\n"),
+            "\\[!NOTE\\] not quoted\n"
+        );
     }
 
     #[test]
