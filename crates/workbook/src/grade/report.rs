@@ -761,37 +761,42 @@ fn failed_test(report: &GradeReport, chapter: &str, test: &TestResult) -> String
     out
 }
 
-/// A chapter where no test passed (an untouched stub): the tests that failed for the same
-/// reason are told together, the reason once, each test in a line, the hint of each exercise
-/// once and what the first of them printed; a test whose reason is its own is told in full.
+/// A reason without the note of the seed a randomized test ran with (` (seed N: ... replays
+/// it)`, which differs from test to test), and that note.
+fn without_seed(reason: &str) -> (&str, Option<&str>) {
+    match reason.rfind(" (seed ") {
+        Some(at) if reason.ends_with(" replays it)") => {
+            (&reason[..at], Some(&reason[at + 2..reason.len() - 1]))
+        }
+        _ => (reason, None),
+    }
+}
+
+/// A chapter where no test passed (an untouched stub), in few lines: the tests that failed for
+/// the same reason together, the reason once, the hint of each exercise once and each test in a
+/// line; then what the first test printed, and where to see the others' output.
 fn none_passed(report: &GradeReport, chapter: &ChapterResult) -> String {
     let mut groups: Vec<(&str, Vec<&TestResult>)> = Vec::new();
     for test in &chapter.tests {
-        let why = reason(test);
+        let (why, _) = without_seed(reason(test));
         match groups.iter_mut().find(|(other, _)| *other == why) {
             Some((_, tests)) => tests.push(test),
             None => groups.push((why, vec![test])),
         }
     }
     let mut out = String::new();
-    for (why, tests) in groups {
-        let [first, ..] = tests.as_slice() else {
-            continue;
-        };
-        if tests.len() == 1 {
-            out.push_str(&failed_test(report, &chapter.chapter, first));
-            continue;
-        }
+    for (why, tests) in &groups {
         let points: u32 = tests.iter().map(|t| t.test.points).sum();
         let _ = writeln!(
             out,
-            "\n### ✗ {} tests, all for one reason (0 / {})\n",
+            "\n### ✗ {} test{} (0 / {})\n",
             tests.len(),
+            if tests.len() == 1 { "" } else { "s" },
             points_word(points)
         );
         let _ = writeln!(out, "- Why: {why}");
         let mut exercises: Vec<&str> = Vec::new();
-        for test in &tests {
+        for test in tests {
             if let Some(exercise) = test.test.exercise.as_deref()
                 && !exercises.contains(&exercise)
             {
@@ -815,17 +820,28 @@ fn none_passed(report: &GradeReport, chapter: &ChapterResult) -> String {
             }
         }
         out.push_str("- The tests:\n");
-        for test in &tests {
-            let _ = writeln!(
+        for test in tests {
+            let _ = write!(
                 out,
                 "  - `{}` (0 / {}){}",
                 test.test.name,
                 points_word(test.test.points),
                 test_kind(test)
             );
+            match without_seed(reason(test)) {
+                (_, Some(seed)) => {
+                    let _ = writeln!(out, " ({seed})");
+                }
+                (_, None) => out.push('\n'),
+            }
         }
+    }
+    if let Some(first) = chapter.tests.iter().find(|t| !t.output.trim().is_empty()) {
         out.push_str(&printed(
-            &format!("What `{}` printed", first.test.name),
+            &format!(
+                "What `{}` printed (every test's output: `workbook check {}`)",
+                first.test.name, chapter.chapter
+            ),
             first,
         ));
     }
@@ -871,6 +887,25 @@ mod tests {
     fn code_blocks_outgrow_the_backticks_inside() {
         assert_eq!(code_block("a ``` b"), "````text\na ``` b\n````\n");
         assert_eq!(code_block("plain"), "```text\nplain\n```\n");
+    }
+
+    #[test]
+    fn a_reason_is_told_apart_from_its_seed() {
+        assert_eq!(
+            without_seed("not yet implemented: x (seed 13: GPUMEM_TEST_SEED=13 replays it)"),
+            (
+                "not yet implemented: x",
+                Some("seed 13: GPUMEM_TEST_SEED=13 replays it")
+            )
+        );
+        assert_eq!(
+            without_seed("a (seed of doubt)"),
+            ("a (seed of doubt)", None)
+        );
+        assert_eq!(
+            without_seed("not yet implemented"),
+            ("not yet implemented", None)
+        );
     }
 
     #[test]
