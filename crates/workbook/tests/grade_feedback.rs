@@ -155,7 +155,7 @@ fn a_stub_s_feedback_says_no_test_passes_and_each_reason_once() {
         ),
         "{carol}"
     );
-    // Told in full, each test's output (about 20 lines) made it some 250 lines long.
+    // Told in full, the output of a test (about 20 lines) came once per test, 8 times.
     let lines = carol.lines().count();
     assert!(lines <= 70, "{lines} lines:\n{carol}");
 
