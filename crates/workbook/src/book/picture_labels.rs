@@ -1,6 +1,6 @@
 //! The words of the book's pictures in the reader's language: the labels of the SVG pictures
-//! (`<text>` elements) and the step titles of the interactive views (`steps` in
-//! `pictures/<page>-history.json`).
+//! (`<text>` elements, and the `<title>` tooltips) and the step titles of the interactive views
+//! (`steps` in `pictures/<page>-history.json`).
 //!
 //! A label is translated by its words, with its numbers taken out: "1022 events · peak allocated
 //! 50.38 MiB" is the message "%1 events · peak allocated %2", and its translation gets the
@@ -122,24 +122,34 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The `<text>` elements of an SVG picture whose content is plain text: (where the content
-/// starts, where it ends, the text).
+/// The labels of an SVG picture whose content is plain text: its `<text>` elements, and its
+/// `<title>` elements (the tooltips a pointer or a screen reader reads), as (where the content
+/// starts, where it ends, the text), in the order they come.
 fn svg_texts(svg: &str) -> Vec<(usize, usize, String)> {
     let mut texts = Vec::new();
-    let mut from = 0;
-    while let Some(at) = svg[from..].find("<text").map(|p| p + from) {
-        let Some(open_end) = svg[at..].find('>').map(|p| p + at + 1) else {
-            break;
-        };
-        let Some(close) = svg[open_end..].find("</text>").map(|p| p + open_end) else {
-            break;
-        };
-        let inner = &svg[open_end..close];
-        if !inner.contains('<') {
-            texts.push((open_end, close, unescape(inner)));
+    for tag in ["text", "title"] {
+        let (open, close) = (format!("<{tag}"), format!("</{tag}>"));
+        let mut from = 0;
+        while let Some(at) = svg[from..].find(&open).map(|p| p + from) {
+            let Some(open_end) = svg[at..].find('>').map(|p| p + at + 1) else {
+                break;
+            };
+            // `<text` also starts `<textPath`: only the element itself
+            if !matches!(svg.as_bytes().get(at + open.len()), Some(b'>' | b' ')) {
+                from = open_end;
+                continue;
+            }
+            let Some(end) = svg[open_end..].find(&close).map(|p| p + open_end) else {
+                break;
+            };
+            let inner = &svg[open_end..end];
+            if !inner.contains('<') {
+                texts.push((open_end, end, unescape(inner)));
+            }
+            from = end;
         }
-        from = close;
     }
+    texts.sort_by_key(|(start, ..)| *start);
     texts
 }
 
@@ -322,14 +332,18 @@ mod tests {
             "%1 events · peak allocated %2",
             "최대 할당 %2 · 이벤트 %1개",
         )]);
-        let svg = r#"<svg><text x="1">1022 events · peak allocated 50.38 MiB</text><text>20 MiB</text><text>other &amp; more</text></svg>"#;
+        let svg = r#"<svg><title>7 events · peak allocated 2 MiB</title><text x="1">1022 events · peak allocated 50.38 MiB</text><text>20 MiB</text><text>other &amp; more</text></svg>"#;
         assert_eq!(
             translate_svg(svg, &c),
-            r#"<svg><text x="1">최대 할당 50.38 MiB · 이벤트 1022개</text><text>20 MiB</text><text>other &amp; more</text></svg>"#
+            r#"<svg><title>최대 할당 2 MiB · 이벤트 7개</title><text x="1">최대 할당 50.38 MiB · 이벤트 1022개</text><text>20 MiB</text><text>other &amp; more</text></svg>"#
         );
         assert_eq!(
             svg_messages(svg),
-            ["%1 events · peak allocated %2", "other & more"]
+            [
+                "%1 events · peak allocated %2",
+                "%1 events · peak allocated %2",
+                "other & more"
+            ]
         );
         // a translation naming a number the label lacks is not used
         let c = catalog(&[("%1 events · peak allocated %2", "%3")]);
