@@ -1,9 +1,10 @@
 //! `workbook grade --class` as an instructor reads it: the summary after the table (students who
 //! pass each exercise, the score histogram, the slowest submissions, the submissions that look
 //! alike: a copy of the reference solution renamed and reformatted, and two students'), written
-//! as `summary.md` and `summary.json` beside the feedback files; feedback files named after the
-//! students, with an `index.md`; `--quiet`'s one line per student. On a fake workbook of one
-//! small chapter (its crate depends on nothing, so it builds in seconds).
+//! as `summary.md` and `summary.json` beside the feedback files (without `--feedback`, stderr
+//! says where to get them); feedback files named after the students, with an `index.md`;
+//! `--quiet`'s one line per student. On a fake workbook of one small chapter (its crate depends
+//! on nothing, so it builds in seconds).
 
 mod common;
 
@@ -86,6 +87,11 @@ fn a_class_ends_with_its_summary_and_its_look_alikes_in_every_form() {
     let repo = course();
     let (output, stdout, stderr) = grade(&repo, &["--feedback", "feedback"]);
     assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("grade: the class's summary written to "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("only with --feedback"), "{stderr}");
     let summary = stdout
         .split_once("\nSummary of 6 submission(s)\n")
         .unwrap_or_else(|| panic!("no summary after the table:\n{stdout}"))
@@ -174,4 +180,13 @@ fn quiet_prints_one_line_per_student_then_the_summary() {
     assert!(summary.contains("one total  5/6"), "{summary}");
     // No progress: stderr has no line per student.
     assert!(!stderr.contains("grade: carol:"), "{stderr}");
+    // Without --feedback no summary file is written, and stderr says where to get one.
+    assert!(
+        stderr.contains(
+            "grade: the class's summary is written as summary.md and summary.json only with \
+             --feedback FOLDER"
+        ),
+        "{stderr}"
+    );
+    assert!(!repo.root().join("summary.md").exists());
 }

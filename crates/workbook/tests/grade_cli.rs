@@ -148,6 +148,20 @@ fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
         "{stubs}"
     );
     assert!(stubs.contains("- Why: not yet implemented"), "{stubs}");
+    // No test of the two stubs passes: each chapter says so, and names every test in a line,
+    // with each reason told once, so the report stays short.
+    for (name, ..) in &chapters[..2] {
+        let points = repo.chapter(name).unwrap().info.total_points();
+        assert!(
+            stubs.contains(&format!("| 0 / {points} | no test passes |")),
+            "{name}:\n{stubs}"
+        );
+        for (_, test, _) in repo.chapter(name).unwrap().info.tests() {
+            assert!(stubs.contains(&format!("`{test}`")), "{test}:\n{stubs}");
+        }
+    }
+    let lines = stubs.lines().count();
+    assert!(lines <= 250, "{lines} lines:\n{stubs}");
 }
 
 #[test]

@@ -84,6 +84,10 @@ pub struct Assignment {
     /// --points does not.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+    /// When Gradescope shows students the hidden tests (`grade --hidden-visibility`; default:
+    /// grade's, after_published).
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub hidden_visibility: Option<super::HiddenVisibility>,
 }
 
 /// `--memory-limit`'s text, checked as `grade` checks it.
@@ -129,6 +133,9 @@ impl Assignment {
         }
         if !points.is_empty() {
             flags.push(format!("--points {}", points.join(",")));
+        }
+        if let Some(when) = self.hidden_visibility {
+            flags.push(format!("--hidden-visibility {}", when.word()));
         }
         Ok(flags.join(" "))
     }
@@ -357,12 +364,13 @@ mod tests {
             jobs: Some(1),
             points: Some(super::super::parse_points("3=10, ch10=20").unwrap()),
             policy: None,
+            hidden_visibility: Some(super::super::HiddenVisibility::AfterDueDate),
         };
         assert_eq!(
             assignment.grade_flags(&this_repo()).unwrap(),
             "--chapter ch03-drop-and-empty-cache --chapter ch10-out-of-memory --timeout 20 \
              --memory-limit 512MiB --jobs 1 --points \
-             ch03-drop-and-empty-cache=10,ch10-out-of-memory=20"
+             ch03-drop-and-empty-cache=10,ch10-out-of-memory=20 --hidden-visibility after_due_date"
         );
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("policy.toml");
@@ -422,6 +430,16 @@ mod tests {
                 assert!(status.success(), "bash -n refuses:\n{script}");
             }
         }
+    }
+
+    #[test]
+    fn every_hidden_visibility_is_written_as_grade_reads_it() {
+        use super::super::HiddenVisibility;
+        use clap::ValueEnum;
+        for when in HiddenVisibility::value_variants() {
+            assert_eq!(HiddenVisibility::from_str(when.word(), false), Ok(*when));
+        }
+        assert_eq!(HiddenVisibility::default().word(), "after_published");
     }
 
     #[test]

@@ -75,6 +75,11 @@ pub struct GradeArgs {
     /// STUDENT.json).
     #[arg(long, value_name = "FILE")]
     pub gradescope: Option<PathBuf>,
+    /// When Gradescope shows students the hidden tests (their `visibility` in results.json):
+    /// after_published and after_due_date also hide the total score until then; hidden never
+    /// shows the tests but shows the total; visible shows them at once.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = HiddenVisibility::AfterPublished)]
+    pub hidden_visibility: HiddenVisibility,
     /// Write JUnit XML (a test suite per student and chapter) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
@@ -173,6 +178,35 @@ pub enum GradeFormat {
     Moodle,
 }
 
+/// When Gradescope shows students a hidden test: the test's `visibility` in results.json, in
+/// Gradescope's words.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum HiddenVisibility {
+    /// Once the grades are published; the student's total score is hidden until then.
+    #[default]
+    AfterPublished,
+    /// Once the due date (the late due date, where late submissions are allowed) has passed; the
+    /// total score is hidden until then.
+    AfterDueDate,
+    /// Never; Gradescope still shows the total score, the hidden tests' points included.
+    Hidden,
+    /// At once, as the official tests.
+    Visible,
+}
+
+impl HiddenVisibility {
+    /// The word results.json holds.
+    pub fn word(self) -> &'static str {
+        match self {
+            HiddenVisibility::AfterPublished => "after_published",
+            HiddenVisibility::AfterDueDate => "after_due_date",
+            HiddenVisibility::Hidden => "hidden",
+            HiddenVisibility::Visible => "visible",
+        }
+    }
+}
+
 /// Bytes kept of each of a test's output streams (half from the start, half from the end).
 pub const OUTPUT_LIMIT: usize = 6 * 1024;
 /// What grading without the sandbox (`--no-sandbox`) risks, said when it is chosen or needed.
@@ -209,6 +243,8 @@ pub struct GradeOptions {
     /// Points of chapters on Gradescope, by full name (their tests' points scaled to add up to
     /// them); a chapter not listed keeps chapter.toml's.
     pub points: BTreeMap<String, u32>,
+    /// When Gradescope shows students the hidden tests.
+    pub hidden_visibility: HiddenVisibility,
     /// The students' names, one per submission in order; empty: each is named after its entry
     /// (`alice`, and `alice 2` for a second `alice`).
     pub names: Vec<String>,
@@ -234,6 +270,7 @@ impl Default for GradeOptions {
             limits: Limits::default(),
             progress: true,
             points: BTreeMap::new(),
+            hidden_visibility: HiddenVisibility::default(),
             names: Vec::new(),
             results_as_it_goes: None,
             sandbox: Tier::Auto,
@@ -457,6 +494,8 @@ pub struct GradeReport {
     pub sandbox: String,
     /// Points of chapters on Gradescope, by name ([`GradeOptions::points`]).
     pub points: BTreeMap<String, u32>,
+    /// When Gradescope shows students the hidden tests ([`GradeOptions::hidden_visibility`]).
+    pub hidden_visibility: HiddenVisibility,
     /// Chapters that look alike: a student's and the reference solution's, or two students'
     /// ([`similarity`]; nothing is deducted).
     pub similar: Vec<similarity::Similar>,
@@ -570,6 +609,7 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
         results_as_it_goes: args.gradescope.clone().filter(|_| paths.len() == 1),
         progress: !args.quiet,
         points,
+        hidden_visibility: args.hidden_visibility,
         names,
         ..GradeOptions::default()
     };
@@ -655,6 +695,12 @@ pub fn command(root: Option<&Path>, args: &GradeArgs) -> Result<ExitCode> {
                 dir.join("summary.md").display()
             );
         }
+    }
+    if summary.is_some() && args.feedback.is_none() {
+        eprintln!(
+            "grade: the class's summary is written as summary.md and summary.json only with \
+             --feedback FOLDER (there, beside the feedback reports)"
+        );
     }
     let n = report.students.len();
     eprintln!(
@@ -863,6 +909,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
             elapsed: start.elapsed(),
             sandbox: tier.clone(),
             points: options.points.clone(),
+            hidden_visibility: options.hidden_visibility,
             similar: Vec::new(),
         };
         report::write_gradescope(&so_far, path)
@@ -921,6 +968,7 @@ pub fn grade(repo: &Repo, submissions: &[PathBuf], options: &GradeOptions) -> Re
         elapsed: start.elapsed(),
         sandbox: tier,
         points: options.points.clone(),
+        hidden_visibility: options.hidden_visibility,
         similar,
     })
 }

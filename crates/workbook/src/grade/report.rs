@@ -303,7 +303,8 @@ fn hint_for<'a>(chapter: &str, result: &TestResult, report: &'a GradeReport) -> 
 
 /// One submission's Gradescope `results.json`: `score`, `max_score`, `output`, and `tests`, each
 /// with `name` (`<chapter>::<test>`), `status` (`passed` / `failed`), `score`, `max_score` and
-/// `output`. Hidden tests are shown to students only once grades are published.
+/// `output`. Hidden tests carry the report's [`super::HiddenVisibility`] (by default shown to
+/// students, with their total score, only once grades are published).
 pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
     let mut tests = Vec::new();
     let (mut score, mut max_score) = (0.0, 0.0);
@@ -320,7 +321,7 @@ pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
                 "output": test_output(&chapter.chapter, test, report),
             });
             if test.test.hidden {
-                entry["visibility"] = json!("after_published");
+                entry["visibility"] = json!(report.hidden_visibility.word());
             }
             tests.push(entry);
         }
@@ -640,7 +641,10 @@ pub fn feedback(report: &GradeReport, student: &StudentResult) -> String {
     for chapter in &student.chapters {
         let state = match &chapter.state {
             ChapterState::Graded if chapter.score() == chapter.max_score() => "all tests pass",
-            ChapterState::Graded => "some tests fail",
+            ChapterState::Graded if chapter.tests.iter().any(|t| t.status.passed()) => {
+                "some tests fail"
+            }
+            ChapterState::Graded => "no test passes",
             ChapterState::DoesNotCompile(_) => "does not compile",
             ChapterState::NotSubmitted => "not submitted",
             ChapterState::NotGraded(_) => "not graded",
@@ -700,36 +704,146 @@ pub fn feedback(report: &GradeReport, student: &StudentResult) -> String {
         }
         let passed = chapter.tests.iter().filter(|t| t.status.passed()).count();
         let _ = writeln!(out, "{passed} of {} test(s) passed.", chapter.tests.len());
-        for test in chapter.tests.iter().filter(|t| !t.status.passed()) {
-            let _ = writeln!(
-                out,
-                "\n### ✗ `{}` (0 / {} point{}){}\n",
-                test.test.name,
-                test.test.points,
-                if test.test.points == 1 { "" } else { "s" },
-                match (&test.test.exercise, test.test.hidden) {
-                    (_, true) => " — a hidden test".to_string(),
-                    (Some(exercise), _) => format!(" — exercise `{exercise}`"),
-                    (None, false) => String::new(),
-                }
-            );
-            let _ = writeln!(out, "- Why: {}", reason(test));
-            if let Some(hint) = hint_for(&chapter.chapter, test, report) {
-                let _ = writeln!(out, "- Hint: {hint}");
-                if let Some(exercise) = &test.test.exercise {
-                    let _ = writeln!(
-                        out,
-                        "- More hints: `workbook hint {} {exercise}`",
-                        chapter.chapter
-                    );
-                }
-            }
-            if !test.output.trim().is_empty() {
-                let _ = writeln!(out, "\n<details><summary>What the test printed</summary>\n");
-                out.push_str(&code_block(&cut(&test.output, MAX_OUTPUT_CHARS)));
-                out.push_str("\n</details>\n");
+        if passed == 0 {
+            out.push_str(&none_passed(report, chapter));
+        } else {
+            for test in chapter.tests.iter().filter(|t| !t.status.passed()) {
+                out.push_str(&failed_test(report, &chapter.chapter, test));
             }
         }
+    }
+    out
+}
+
+/// "2 points", "1 point".
+fn points_word(points: u32) -> String {
+    format!("{points} point{}", if points == 1 { "" } else { "s" })
+}
+
+/// What a test is, after its name: its exercise, or that it is hidden.
+fn test_kind(test: &TestResult) -> String {
+    match (&test.test.exercise, test.test.hidden) {
+        (_, true) => " — a hidden test".to_string(),
+        (Some(exercise), _) => format!(" — exercise `{exercise}`"),
+        (None, false) => String::new(),
+    }
+}
+
+/// What the test printed, folded, when it printed anything.
+fn printed(summary: &str, test: &TestResult) -> String {
+    if test.output.trim().is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n<details><summary>{summary}</summary>\n\n{}\n</details>\n",
+        code_block(&cut(&test.output, MAX_OUTPUT_CHARS))
+    )
+}
+
+/// One failed test in a feedback report: why, the hint to read, what it printed.
+fn failed_test(report: &GradeReport, chapter: &str, test: &TestResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n### ✗ `{}` (0 / {}){}\n",
+        test.test.name,
+        points_word(test.test.points),
+        test_kind(test)
+    );
+    let _ = writeln!(out, "- Why: {}", reason(test));
+    if let Some(hint) = hint_for(chapter, test, report) {
+        let _ = writeln!(out, "- Hint: {hint}");
+        if let Some(exercise) = &test.test.exercise {
+            let _ = writeln!(out, "- More hints: `workbook hint {chapter} {exercise}`");
+        }
+    }
+    out.push_str(&printed("What the test printed", test));
+    out
+}
+
+/// A reason without the note of the seed a randomized test ran with (` (seed N: ... replays
+/// it)`, which differs from test to test), and that note.
+fn without_seed(reason: &str) -> (&str, Option<&str>) {
+    match reason.rfind(" (seed ") {
+        Some(at) if reason.ends_with(" replays it)") => {
+            (&reason[..at], Some(&reason[at + 2..reason.len() - 1]))
+        }
+        _ => (reason, None),
+    }
+}
+
+/// A chapter where no test passed (an untouched stub), in few lines: the tests that failed for
+/// the same reason together, the reason once, the hint of each exercise once and each test in a
+/// line; then what the first test printed, and where to see the others' output.
+fn none_passed(report: &GradeReport, chapter: &ChapterResult) -> String {
+    let mut groups: Vec<(&str, Vec<&TestResult>)> = Vec::new();
+    for test in &chapter.tests {
+        let (why, _) = without_seed(reason(test));
+        match groups.iter_mut().find(|(other, _)| *other == why) {
+            Some((_, tests)) => tests.push(test),
+            None => groups.push((why, vec![test])),
+        }
+    }
+    let mut out = String::new();
+    for (why, tests) in &groups {
+        let points: u32 = tests.iter().map(|t| t.test.points).sum();
+        let _ = writeln!(
+            out,
+            "\n### ✗ {} test{} (0 / {})\n",
+            tests.len(),
+            if tests.len() == 1 { "" } else { "s" },
+            points_word(points)
+        );
+        let _ = writeln!(out, "- Why: {why}");
+        let mut exercises: Vec<&str> = Vec::new();
+        for test in tests {
+            if let Some(exercise) = test.test.exercise.as_deref()
+                && !exercises.contains(&exercise)
+            {
+                exercises.push(exercise);
+            }
+        }
+        for exercise in exercises {
+            let Some(test) = tests
+                .iter()
+                .find(|t| t.test.exercise.as_deref() == Some(exercise))
+            else {
+                continue;
+            };
+            if let Some(hint) = hint_for(&chapter.chapter, test, report) {
+                let _ = writeln!(out, "- Hint for `{exercise}`: {hint}");
+                let _ = writeln!(
+                    out,
+                    "- More hints: `workbook hint {} {exercise}`",
+                    chapter.chapter
+                );
+            }
+        }
+        out.push_str("- The tests:\n");
+        for test in tests {
+            let _ = write!(
+                out,
+                "  - `{}` (0 / {}){}",
+                test.test.name,
+                points_word(test.test.points),
+                test_kind(test)
+            );
+            match without_seed(reason(test)) {
+                (_, Some(seed)) => {
+                    let _ = writeln!(out, " ({seed})");
+                }
+                (_, None) => out.push('\n'),
+            }
+        }
+    }
+    if let Some(first) = chapter.tests.iter().find(|t| !t.output.trim().is_empty()) {
+        out.push_str(&printed(
+            &format!(
+                "What `{}` printed (every test's output: `workbook check {}`)",
+                first.test.name, chapter.chapter
+            ),
+            first,
+        ));
     }
     out
 }
@@ -773,6 +887,25 @@ mod tests {
     fn code_blocks_outgrow_the_backticks_inside() {
         assert_eq!(code_block("a ``` b"), "````text\na ``` b\n````\n");
         assert_eq!(code_block("plain"), "```text\nplain\n```\n");
+    }
+
+    #[test]
+    fn a_reason_is_told_apart_from_its_seed() {
+        assert_eq!(
+            without_seed("not yet implemented: x (seed 13: GPUMEM_TEST_SEED=13 replays it)"),
+            (
+                "not yet implemented: x",
+                Some("seed 13: GPUMEM_TEST_SEED=13 replays it")
+            )
+        );
+        assert_eq!(
+            without_seed("a (seed of doubt)"),
+            ("a (seed of doubt)", None)
+        );
+        assert_eq!(
+            without_seed("not yet implemented"),
+            ("not yet implemented", None)
+        );
     }
 
     #[test]
