@@ -9,6 +9,7 @@
 //! translation. A label with no word left ("20 MiB", "2 MiB − 512 B") is not a message.
 
 use super::i18n::lookup;
+use crate::snapshot::viz::esc;
 use anyhow::{Context, Result};
 use polib::catalog::Catalog;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,7 @@ fn fill(catalog: &Catalog, message: &str, values: &[String]) -> Option<String> {
     Some(out)
 }
 
+/// A label's text as written by [`esc`], the escaping the pictures are drawn with, undone.
 fn unescape(text: &str) -> String {
     text.replace("&lt;", "<")
         .replace("&gt;", ">")
@@ -114,12 +116,6 @@ fn unescape(text: &str) -> String {
         .replace("&#39;", "'")
         .replace("&apos;", "'")
         .replace("&amp;", "&")
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// The labels of an SVG picture whose content is plain text: its `<text>` elements, and its
@@ -171,7 +167,7 @@ pub fn translate_svg(svg: &str, catalog: &Catalog) -> String {
         };
         if let Some(translated) = fill(catalog, &message, &values) {
             out.push_str(&svg[copied..start]);
-            out.push_str(&escape(&translated));
+            out.push_str(&esc(&translated));
             copied = end;
         }
     }

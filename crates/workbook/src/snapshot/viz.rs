@@ -947,7 +947,7 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// Text for SVG: `&`, `<`, `>` and `"` escaped.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
