@@ -377,10 +377,14 @@ fn grade_passes_the_test_seed_into_the_sandbox_and_names_it_in_the_feedback() {
     );
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let report = std::fs::read_to_string(feedback.join("student.md")).unwrap();
+    // No test of the chapter passes: the reason is told once for the tests it fails, and each
+    // test's line names the seed it ran with.
     assert!(
-        report.contains(
-            "the answer; yours: 41; expected: 42 (seed 272: GPUMEM_TEST_SEED=272 replays it)"
-        ),
+        report.contains("- Why: the answer; yours: 41; expected: 42\n")
+            && report.contains(
+                "  - `t` (0 / 1 point) — exercise `answer` (seed 272: GPUMEM_TEST_SEED=272 \
+                 replays it)"
+            ),
         "{report}"
     );
 }
