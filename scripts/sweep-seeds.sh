@@ -3,7 +3,10 @@
 # own randomized tests, each over a range of seeds, and reports the seeds that fail (none, or the
 # script exits 1).
 #
-# Usage: scripts/sweep-seeds.sh [SEEDS]    SEEDS: a count (2000: seeds 0..2000) or a range FIRST..END
+# Usage: scripts/sweep-seeds.sh [SEEDS] [PART...]
+#   SEEDS: a count (2000: seeds 0..2000) or a range FIRST..END
+#   PART:  a chapter (ch09-checkpointing, or its prefix ch09) or `gpumem`; none: every chapter and
+#          gpumem. A long sweep can so be split over machines or sessions.
 #
 # No process per seed: each test binary runs once with GPUMEM_TEST_SEEDS=FIRST..END, and every
 # randomized test (its body wrapped in gpumem::testing::seeded) loops over the range in its own
@@ -16,6 +19,17 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seeds=${1:-2000}
+shift || true
+parts=("$@")
+# Whether PART-list selects `$1` (a chapter's folder name, or gpumem): every part when none given.
+selected() {
+  [ ${#parts[@]} -eq 0 ] && return 0
+  local part
+  for part in "${parts[@]}"; do
+    [[ $1 == "$part" || $1 == "$part"-* ]] && return 0
+  done
+  return 1
+}
 if [[ $seeds =~ ^([0-9]+)\.\.([0-9]+)$ ]]; then
   range=$seeds; count=$((10#${BASH_REMATCH[2]} - 10#${BASH_REMATCH[1]}))
 elif [[ $seeds =~ ^[0-9]+$ ]]; then
@@ -30,10 +44,14 @@ chapters=()
 for dir in "$root"/exercises/ch*/; do
   chapter=$(basename "$dir")
   [ -d "$root/solutions/$chapter" ] || continue
+  selected "$chapter" || continue
   cp -r "$dir" "$scratch/$chapter"
   cp -r "$root/solutions/$chapter/." "$scratch/$chapter/"
   chapters+=("$chapter")
 done
+if [ ${#chapters[@]} -eq 0 ] && ! selected gpumem; then
+  echo "sweep-seeds: no chapter or gpumem matches ${parts[*]}" >&2; exit 2
+fi
 members=$(printf '"%s", ' "${chapters[@]}")
 {
   cat <<TOML
@@ -56,27 +74,37 @@ cp "$root/Cargo.lock" "$scratch/"
 # resolves the dependencies' features for the whole workspace, as `cargo test` does, and reuses its
 # build instead of compiling gpumem and its tests again for gpumem alone.
 gpumem_tests=()
-for file in "$root"/crates/gpumem/tests/*.rs; do
-  grep -q 'seeded(' "$file" && gpumem_tests+=(--test "$(basename "$file" .rs)")
-done
+if selected gpumem; then
+  for file in "$root"/crates/gpumem/tests/*.rs; do
+    grep -q 'seeded(' "$file" && gpumem_tests+=(--test "$(basename "$file" .rs)")
+  done
+fi
 
 log="$root/target/sweep-seeds.log"
 mkdir -p "$(dirname "$log")"
 : > "$log"
 start=$(date +%s)
 echo "building the reference solutions' tests and gpumem's..."
-(cd "$scratch" && CARGO_TARGET_DIR="$root/target/workbook/target" cargo test --workspace --no-run --quiet)
-(cd "$root" && cargo test "${gpumem_tests[@]}" --no-run --quiet)
+if [ ${#chapters[@]} -gt 0 ]; then
+  (cd "$scratch" && CARGO_TARGET_DIR="$root/target/workbook/target" cargo test --workspace --no-run --quiet)
+fi
+if [ ${#gpumem_tests[@]} -gt 0 ]; then
+  (cd "$root" && cargo test "${gpumem_tests[@]}" --no-run --quiet)
+fi
 built=$(date +%s)
 
-echo "sweeping seeds $range (log: $log)..."
+echo "sweeping seeds $range over ${chapters[*]:-no chapter}${gpumem_tests[*]:+ and gpumem} (log: $log)..."
 status=0
 export GPUMEM_TEST_SEEDS="$range"
 unset GPUMEM_TEST_SEED
-(cd "$scratch" && CARGO_TARGET_DIR="$root/target/workbook/target" \
-  cargo test --workspace --no-fail-fast --quiet -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1
-(cd "$root" && cargo test "${gpumem_tests[@]}" --no-fail-fast --quiet \
-  -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1
+if [ ${#chapters[@]} -gt 0 ]; then
+  (cd "$scratch" && CARGO_TARGET_DIR="$root/target/workbook/target" \
+    cargo test --workspace --no-fail-fast --quiet -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1
+fi
+if [ ${#gpumem_tests[@]} -gt 0 ]; then
+  (cd "$root" && cargo test "${gpumem_tests[@]}" --no-fail-fast --quiet \
+    -- --nocapture --test-threads=2) >> "$log" 2>&1 || status=1
+fi
 end=$(date +%s)
 
 # With --quiet, a test's line can follow the harness's dots: count matches, not lines.
