@@ -84,8 +84,18 @@ your files backed up first). Your progress is kept in `.workbook/`, which git ig
 
 ## What to hand in
 
-Your `exercises/` folder, as your instructor asks: pushed to your repository, or as one `.zip` or
-`.tar.gz` of the folder.
+Your `src/` files are graded, with the official tests (your copy of `tests/` is not used). Hand
+them in as your instructor asks: pushed to your repository, or uploaded to Gradescope.
+
+On Gradescope each chapter is usually an assignment of its own. For a chapter's assignment,
+upload that chapter's folder, zipped: for chapter 1, make a zip of the folder
+`exercises/ch01-availability` itself (the zip holds `ch01-availability/src/lib.rs`), for example
+with `cd exercises && zip -r ch01.zip ch01-availability`, and upload `ch01.zip`. A `.tar.gz` of the
+folder (`tar czf ch01.tar.gz -C exercises ch01-availability`), a zip of your whole `exercises/`
+folder, or your GitHub repository works too: only the assignment's chapter is graded. What cannot
+be graded, and scores 0: `.rs` files uploaded alone (such as `lib.rs`) and a zip of what is inside
+the chapter's folder (`src/`, `Cargo.toml`, ... at the top), since neither says which chapter it
+is; the autograder's output then says what to upload.
 ";
 
 /// The page that replaces a chapter's solution page: its title, and where the solutions are.

@@ -293,6 +293,12 @@ fn nothing_found(dir: &Path, chapters: &[Chapter]) -> String {
              Upload your exercises/ folder (or each chapter's folder, such as {example}/ with its \
              src/ inside), as folders or as one .zip or .tar.gz of them"
         )
+    } else if dir.join("src").is_dir() {
+        // A zip of what is inside a chapter's folder: the folder's name, the chapter, is lost.
+        format!(
+            ". This is what is inside a chapter's folder, without the folder: upload the folder \
+             itself (such as {example}/ with its src/ inside), or a .zip or .tar.gz of it"
+        )
     } else {
         String::new()
     };
@@ -947,6 +953,32 @@ mod tests {
         assert!(
             note.contains(
                 "Upload your exercises/ folder (or each chapter's folder, such as ch01-x/"
+            ),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn a_chapter_folder_s_insides_without_the_folder_are_not_graded_and_the_note_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let chapters = one_chapter(dir.path());
+        let upload = dir.path().join("submission");
+        std::fs::create_dir_all(upload.join("src")).unwrap();
+        std::fs::write(upload.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
+        std::fs::write(upload.join("Cargo.toml"), "[package]\n").unwrap();
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+
+        let got = intake(&upload, "d", &chapters, &private, &Limits::default());
+        assert!(got.chapters.is_empty());
+        let [note] = got.notes.as_slice() else {
+            panic!("one note: {:?}", got.notes);
+        };
+        assert!(note.contains("found Cargo.toml, src"), "{note}");
+        assert!(
+            note.contains(
+                "This is what is inside a chapter's folder, without the folder: upload the \
+                 folder itself (such as ch01-x/ with its src/ inside), or a .zip or .tar.gz of it"
             ),
             "{note}"
         );
