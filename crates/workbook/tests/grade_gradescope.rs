@@ -501,6 +501,12 @@ fn the_class_on_chapter_1s_assignment(dir: &Path, autograder: &Path) {
             output.contains("\nSandbox: landlock (as root: a uid per test, Landlock ABI "),
             "{student}: {output}"
         );
+        if student == "e_tests_edited" {
+            assert!(
+                output.contains("your tests/ differs from the official one"),
+                "{output}"
+            );
+        }
     }
 }
 
