@@ -46,13 +46,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Grade(args) => grade::command(cli.root.as_deref(), &args),
         Command::Export(args) => match args.target {
             grade::export::ExportTarget::Gradescope(args) => {
-                grade::export::command(
-                    cli.root.as_deref(),
-                    &args.out,
-                    args.hidden_tests.as_deref(),
-                    args.no_sandbox,
-                    &args.assignment,
-                )?;
+                grade::export::command(cli.root.as_deref(), &args)?;
                 Ok(ExitCode::SUCCESS)
             }
             grade::export::ExportTarget::Student(args) => {

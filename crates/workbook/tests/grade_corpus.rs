@@ -907,7 +907,25 @@ fn gradescope_results_have_the_fields_and_types_gradescope_reads() {
         assert_eq!(top["max_score"].as_u64(), Some(u64::from(s.max_score())));
         assert!(top["output"].is_string());
         assert!(top["execution_time"].is_number());
-        let tests = top["tests"].as_array().expect("tests");
+        // The look-alike entries (hidden, worth nothing) aside.
+        let (look_alike, tests): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = top["tests"]
+            .as_array()
+            .expect("tests")
+            .iter()
+            .partition(|t| t["visibility"] == "hidden");
+        for entry in &look_alike {
+            assert!(
+                entry["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(report::LOOK_ALIKE),
+                "{entry}"
+            );
+            assert_eq!(
+                (entry["score"].as_u64(), entry["max_score"].as_u64()),
+                (Some(0), Some(0))
+            );
+        }
         assert_eq!(tests.len(), 14 + 21);
         let mut sum = 0;
         for t in tests {
@@ -931,6 +949,21 @@ fn gradescope_results_have_the_fields_and_types_gradescope_reads() {
         }
         assert_eq!(sum, u64::from(s.score()), "{}", s.student);
     }
+    // The reference solution handed in is flagged, in an entry students never see.
+    let perfect = report::gradescope(&RUN.report, student("perfect"));
+    let entry = perfect["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == format!("{CH02}::{}", report::LOOK_ALIKE))
+        .expect("perfect's look-alike entry");
+    assert_eq!(entry["visibility"], "hidden");
+    assert!(
+        entry["output"].as_str().unwrap().contains(&format!(
+            "{CH02}: perfect and the reference solution: 100% alike"
+        )),
+        "{entry}"
+    );
     // A failed test's output says why and gives chapter.toml's first hint of its exercise.
     let json = report::gradescope(&RUN.report, student("panics"));
     let test = json["tests"]

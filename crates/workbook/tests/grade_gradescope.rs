@@ -14,6 +14,7 @@ mod common;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use workbook::grade::report;
 use workbook::grade::student::README;
 
 fn repo_root() -> PathBuf {
@@ -386,6 +387,9 @@ fn a_class_from_the_student_edition_gets_its_scores_with_a_roster() {
         "ch01-availability: a_reference and the reference solution: 100% alike\n\
          ch02-transfers: a_reference and the reference solution: 100% alike\n\
          ch02-transfers: a_reference and d_broken: 100% alike\n",
+        "ch01-availability: a_reference and f_loops: 92% alike\n\
+         ch01-availability: f_loops and the reference solution: 92% alike\n",
+        "ch01-availability: d_broken and the reference solution: 95% alike\n",
         "f_loops: 1",
     ] {
         assert!(summary.contains(block), "{block}\n{summary}");
@@ -393,7 +397,7 @@ fn a_class_from_the_student_edition_gets_its_scores_with_a_roster() {
     assert!(!summary.contains("b_stubs and"), "{summary}");
     let json: serde_json::Value =
         serde_json::from_str(&read("feedback/summary.json")).expect("summary.json parses");
-    assert_eq!(json["submissions"], 6, "{json}");
+    assert_eq!(json["students"], 6, "{json}");
     let feedback = read("feedback/e_tests_edited.md");
     assert!(
         feedback.contains("your tests/ differs from the official one"),
@@ -422,7 +426,7 @@ fn the_class_on_chapter_1s_assignment(dir: &Path, autograder: &Path) {
                 "--timeout",
                 TIMEOUT,
             ])
-            .args(["--jobs", "2", "--out"])
+            .args(["--jobs", "2", "--reference-solutions", "--out"])
             .arg(&zip_path),
     );
     assert!(output.status.success(), "{stdout}\n{stderr}");
@@ -501,6 +505,32 @@ fn the_class_on_chapter_1s_assignment(dir: &Path, autograder: &Path) {
             output.contains("\nSandbox: landlock (as root: a uid per test, Landlock ABI "),
             "{student}: {output}"
         );
+        // As in grade --class's summary, those like the reference solution are flagged, in an
+        // entry worth nothing that students never see.
+        let look_alike = tests
+            .iter()
+            .find(|t| t["name"].as_str().unwrap().ends_with(report::LOOK_ALIKE));
+        let like_the_reference = match student {
+            "a_reference" => Some(100),
+            "d_broken" => Some(95),
+            "f_loops" => Some(92),
+            _ => None,
+        };
+        match (like_the_reference, look_alike) {
+            (Some(percent), Some(entry)) => {
+                assert_eq!(entry["visibility"], "hidden", "{entry}");
+                assert_eq!(entry["max_score"], 0, "{entry}");
+                // On Gradescope, a submission is named after its folder, `submission`.
+                let line =
+                    format!("{CH01}: submission and the reference solution: {percent}% alike\n");
+                assert!(
+                    entry["output"].as_str().unwrap().starts_with(&line),
+                    "{entry}"
+                );
+            }
+            (None, None) => {}
+            (expected, found) => panic!("{student}: expected {expected:?}, found {found:?}"),
+        }
         if student == "e_tests_edited" {
             assert!(
                 output.contains("your tests/ differs from the official one"),

@@ -5,7 +5,9 @@
 //! installs Rust and bubblewrap, builds `workbook` and builds the runtime and every chapter's
 //! official tests once; `run_autograder`, which grades `/autograder/submission` into
 //! `/autograder/results/results.json`; the workspace (`Cargo.toml`, `Cargo.lock`, `crates/`,
-//! `exercises/`); and the hidden tests, if any, in `hidden-tests/`. Both scripts take the
+//! `exercises/`); the hidden tests, if any, in `hidden-tests/`; and, with
+//! `--reference-solutions`, the assignment's reference solutions in `solutions/`, where `grade`
+//! compares each submission with them. Both scripts take the
 //! `/autograder` folder from `AUTOGRADER_ROOT` when it is set, so the package can be tried in a
 //! folder laid out like Gradescope's.
 
@@ -49,6 +51,11 @@ pub struct ExportGradescopeArgs {
     /// results.
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Carry the reference solutions of the assignment's chapters, so that each submission that
+    /// looks like one (as `grade --class`'s summary flags it) gets an entry in results.json that
+    /// only instructors see. Learner code cannot read them, as it cannot read the hidden tests.
+    #[arg(long)]
+    pub reference_solutions: bool,
     /// How run_autograder grades: its chapters (one Gradescope assignment per chapter, or a few),
     /// time and memory limits, jobs.
     #[command(flatten)]
@@ -212,16 +219,12 @@ const CARRIED: &[&str] = &["Cargo.toml", "Cargo.lock", "crates", "exercises"];
 /// Folders never carried, wherever they are.
 const SKIPPED_DIRS: &[&str] = &["target", ".workbook", ".git"];
 
-/// Writes the Gradescope autograder zip to `out`, with the hidden tests of `hidden_tests` (checked
-/// as `grade --hidden-tests` checks them); `no_sandbox`: `run_autograder` grades with
-/// `--no-sandbox`. Returns how many files it holds.
-pub fn gradescope(
-    repo: &Repo,
-    out: &Path,
-    hidden_tests: Option<&Path>,
-    no_sandbox: bool,
-    assignment: &Assignment,
-) -> Result<usize> {
+/// Writes the Gradescope autograder zip `args.out`, with the hidden tests of `args.hidden_tests`
+/// (checked as `grade --hidden-tests` checks them) and, with `args.reference_solutions`, the
+/// assignment's reference solutions. Returns how many files it holds.
+pub fn gradescope(repo: &Repo, args: &ExportGradescopeArgs) -> Result<usize> {
+    let (out, hidden_tests, assignment) =
+        (&args.out, args.hidden_tests.as_deref(), &args.assignment);
     let flags = assignment.grade_flags(repo)?;
     let chapters = repo
         .chapter_names()?
@@ -243,6 +246,25 @@ pub fn gradescope(
     if let Some(folder) = hidden_tests {
         collect(folder, "hidden-tests", &mut files)?;
     }
+    if args.reference_solutions {
+        // Where `grade` looks for them: solutions/<chapter>/src, as in this repository.
+        let graded = if assignment.chapters.is_empty() {
+            repo.chapter_names()?
+        } else {
+            repo.select_chapters(&assignment.chapters)?
+        };
+        for name in graded {
+            let src = repo.chapter(&name)?.solution_dir.join("src");
+            if !src.is_dir() {
+                bail!(
+                    "--reference-solutions: {} is missing (the student edition has no reference \
+                     solutions: export from the repository you grade from)",
+                    src.display()
+                );
+            }
+            collect(&src, &format!("solutions/{name}/src"), &mut files)?;
+        }
+    }
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
@@ -251,7 +273,7 @@ pub fn gradescope(
     let mut zip = zip::ZipWriter::new(file);
     let plain = zip::write::SimpleFileOptions::default().unix_permissions(0o644);
     let program = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
-    let (setup, run) = scripts(no_sandbox, &flags);
+    let (setup, run) = scripts(args.no_sandbox, &flags);
     for (name, text) in [
         ("setup.sh", setup.as_str()),
         ("run_autograder", run.as_str()),
@@ -320,29 +342,25 @@ fn collect(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf)>) -> Result
 }
 
 /// `workbook export gradescope`: writes the package and says what to do with it.
-pub fn command(
-    root: Option<&Path>,
-    out: &Path,
-    hidden_tests: Option<&Path>,
-    no_sandbox: bool,
-    assignment: &Assignment,
-) -> Result<()> {
+pub fn command(root: Option<&Path>, args: &ExportGradescopeArgs) -> Result<()> {
     let repo = Repo::from_option(root)?;
-    let n = gradescope(&repo, out, hidden_tests, no_sandbox, assignment)?;
-    if no_sandbox {
+    let n = gradescope(&repo, args)?;
+    if args.no_sandbox {
         eprintln!("export: --no-sandbox: {}", super::NO_SANDBOX_RISK);
     }
+    let mut carried = String::new();
+    if args.hidden_tests.is_some() {
+        carried.push_str(", hidden tests included");
+    }
+    if args.reference_solutions {
+        carried.push_str(", reference solutions included");
+    }
     println!(
-        "{}: the Gradescope autograder ({n} files{}). Upload it as a zip file autograder \
+        "{}: the Gradescope autograder ({n} files{carried}). Upload it as a zip file autograder \
          (Ubuntu base image); setup.sh installs Rust and bubblewrap and builds the tests once, \
          run_autograder grades each submission in the sandbox (in Gradescope's container, its \
          Landlock tier) and names the tier in results.json.",
-        out.display(),
-        if hidden_tests.is_some() {
-            ", hidden tests included"
-        } else {
-            ""
-        }
+        args.out.display(),
     );
     Ok(())
 }
@@ -430,6 +448,39 @@ mod tests {
                 assert!(status.success(), "bash -n refuses:\n{script}");
             }
         }
+    }
+
+    #[test]
+    fn reference_solutions_travel_only_when_asked_and_only_the_assignment_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = |reference_solutions: bool| -> Vec<String> {
+            let args = ExportGradescopeArgs {
+                out: dir.path().join("ch01.zip"),
+                hidden_tests: None,
+                no_sandbox: false,
+                reference_solutions,
+                assignment: Assignment {
+                    chapters: vec!["1".into()],
+                    ..Assignment::default()
+                },
+            };
+            gradescope(&this_repo(), &args).unwrap();
+            let zip = zip::ZipArchive::new(std::fs::File::open(&args.out).unwrap()).unwrap();
+            zip.file_names()
+                .map(|n| n.unwrap().into_owned())
+                .filter(|n| n.starts_with("solutions/"))
+                .collect()
+        };
+        assert!(names(false).is_empty());
+        let mut carried = names(true);
+        carried.sort();
+        assert_eq!(
+            carried,
+            [
+                "solutions/ch01-availability/src/lib.rs",
+                "solutions/ch01-availability/src/predict.rs"
+            ]
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! What `grade` writes: the terminal table, Gradescope's `results.json`, JUnit XML, and a
 //! Markdown feedback report per student (the CSV is [`super::gradebook`]'s).
 
+use super::similarity::{Author, Similar};
 use super::{ChapterResult, ChapterState, GradeReport, Status, StudentResult, TestResult};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -326,6 +328,7 @@ pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
             tests.push(entry);
         }
     }
+    tests.extend(look_alike_entries(&report.similar, &student.student));
     let mut summary = format!(
         "{}: {}/{}",
         student.student,
@@ -374,6 +377,43 @@ pub fn gradescope(report: &GradeReport, student: &StudentResult) -> Value {
         "visibility": "visible",
         "tests": tests,
     })
+}
+
+/// The name of a chapter's look-alike entry in results.json (`<chapter>::` and this).
+pub const LOOK_ALIKE: &str = "submissions that look alike (instructors only)";
+
+/// `student`'s pairs of `similar` as results.json entries, one per chapter that has any: worth
+/// nothing, and `hidden`, which Gradescope never shows students (and which, unlike the other
+/// visibilities, leaves their total score shown). The flags `grade --class` puts in its summary,
+/// on Gradescope for each submission; there, one submission at a time, the pairs are with the
+/// reference solution, when the package carries it (`export gradescope --reference-solutions`).
+pub fn look_alike_entries(similar: &[Similar], student: &str) -> Vec<Value> {
+    let mut by_chapter: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for pair in similar {
+        if pair.student == student || pair.other == Author::Student(student.to_string()) {
+            by_chapter
+                .entry(&pair.chapter)
+                .or_default()
+                .push(pair.describe());
+        }
+    }
+    by_chapter
+        .into_iter()
+        .map(|(chapter, lines)| {
+            json!({
+                "name": format!("{chapter}::{LOOK_ALIKE}"),
+                "status": "passed",
+                "score": 0,
+                "max_score": 0,
+                "output": format!(
+                    "{}\nNothing was deducted: a flagged pair is for you to read. Students never \
+                     see this entry.",
+                    lines.join("\n")
+                ),
+                "visibility": "hidden",
+            })
+        })
+        .collect()
 }
 
 /// What a chapter's points are multiplied by on Gradescope: its `--points` over its own
@@ -868,6 +908,41 @@ mod tests {
         assert_eq!(percent(1, 2000), "0.1%");
         assert_eq!(percent(0, 265), "0%");
         assert_eq!(percent(0, 0), "—");
+    }
+
+    #[test]
+    fn a_student_s_look_alikes_are_one_hidden_entry_per_chapter_worth_nothing() {
+        let pair = |chapter: &str, student: &str, other: Author, similarity: f64| Similar {
+            chapter: chapter.to_string(),
+            student: student.to_string(),
+            other,
+            similarity,
+        };
+        let similar = [
+            pair("ch01-x", "alice", Author::Reference, 1.0),
+            pair("ch01-x", "alice", Author::Student("bob".into()), 0.92),
+            pair("ch02-y", "bob", Author::Student("carol".into()), 0.85),
+        ];
+        let alice = look_alike_entries(&similar, "alice");
+        assert_eq!(
+            alice,
+            [json!({
+                "name": "ch01-x::submissions that look alike (instructors only)",
+                "status": "passed",
+                "score": 0,
+                "max_score": 0,
+                "output": "ch01-x: alice and the reference solution: 100% alike\n\
+                           ch01-x: alice and bob: 92% alike\n\
+                           Nothing was deducted: a flagged pair is for you to read. Students \
+                           never see this entry.",
+                "visibility": "hidden",
+            })]
+        );
+        // bob is the other of alice's pair in ch01-x, and one of ch02-y's.
+        let bob = look_alike_entries(&similar, "bob");
+        assert_eq!(bob.len(), 2);
+        assert_eq!(bob[1]["output"].as_str().unwrap().lines().count(), 2);
+        assert!(look_alike_entries(&similar, "dave").is_empty());
     }
 
     #[test]
