@@ -112,9 +112,20 @@ fn the_solutions_score_full_marks_and_the_stubs_zero_in_every_format() {
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(json["score"].as_u64(), Some(u64::from(score)));
         assert_eq!(json["max_score"].as_u64(), Some(u64::from(total)));
-        let all = json["tests"].as_array().unwrap();
+        // The entries that flag a submission like the reference solution (worth nothing, hidden
+        // from students) aside: the solutions themselves are flagged, the stubs not.
+        let (look_alike, all): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = json["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .partition(|t| t["visibility"] == "hidden");
         assert_eq!(all.len(), tests);
         assert!(all.iter().all(|t| t["status"] == status), "{student}");
+        assert_eq!(
+            look_alike.is_empty(),
+            student == "exercises",
+            "{look_alike:?}"
+        );
     }
 
     // JUnit: no failure for the solutions, every test failed for the stubs.
