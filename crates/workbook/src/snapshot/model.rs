@@ -674,6 +674,9 @@ mod tests {
         m.close(&[]);
         let rewound = m.rewound(at_mark.at);
         assert_eq!(m.layout(&rewound), expected);
-        assert_eq!((expected.reserved(), expected.allocated()), (20 * MIB, 10 * MIB));
+        assert_eq!(
+            (expected.reserved(), expected.allocated()),
+            (20 * MIB, 10 * MIB)
+        );
     }
 }
