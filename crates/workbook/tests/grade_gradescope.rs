@@ -5,7 +5,7 @@
 //! it would build, and the scratch builds share this repository's build folder. Where the sandbox
 //! cannot run, the test is skipped with a notice, or fails under `CI=true` (`common/sandbox.rs`).
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -55,10 +55,11 @@ fn in_the_hosted_graders_container_run_autograder_grades_in_the_landlock_tier() 
     let (output, stdout, stderr) = common::run(
         std::process::Command::new(repo_root().join("scripts/hosted-grader.sh"))
             .arg(std::env::current_exe().expect("this test executable"))
-            .args([
-                "--exact",
+            .arg("--exact")
+            .arg(common::test_name(
+                module_path!(),
                 "in_the_hosted_graders_container_run_autograder_grades_in_the_landlock_tier",
-            ])
+            ))
             .env("CARGO_NET_OFFLINE", "true"),
     );
     assert!(output.status.success(), "{stdout}\n{stderr}");
