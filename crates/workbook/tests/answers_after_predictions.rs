@@ -565,7 +565,7 @@ fn the_page_as_read_shows_the_lines_an_include_names() {
     std::fs::remove_dir_all(&dir).expect("removing the temporary folder");
 }
 
-/// Chapters 12 to 15 state every answer of their "Check yourself" questions in their sections:
+/// Chapters 12 to 16 state every answer of their "Check yourself" questions in their sections:
 /// the questions go before the first section (the page's `<!-- check yourself -->` line), so
 /// that "Answer before you scroll on" can be done.
 #[test]
@@ -576,6 +576,7 @@ fn check_yourself_comes_before_the_sections_that_answer_it() {
         "ch13-kv-cache",
         "ch14-after-out-of-memory",
         "ch15-several-gpus",
+        "ch16-big-models",
     ] {
         let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
             .expect("the chapter's page");
