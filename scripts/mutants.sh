@@ -2,7 +2,7 @@
 # Mutation testing of the reference solutions against the chapters' official tests (issue 40):
 # which plausible mistakes in a solution does no test catch?
 #
-#   bash scripts/mutants.sh [--rev REV] [--timeout SECONDS] [CHAPTER...]
+#   bash scripts/mutants.sh [--rev REV] [--timeout SECONDS] [CHAPTER...] [-- CARGO-MUTANTS-ARGS...]
 #
 # For each chapter (default: all), a copy of the repository at REV (default: the working tree) is
 # made in a temporary folder, the reference solution is laid over the stub's src/ (as `workbook
@@ -14,6 +14,9 @@
 #
 # CPU-heavy: on the shared machine run it under the build lock, e.g.
 #   flock /tmp/wb-build.lock env CARGO_BUILD_JOBS=2 bash scripts/mutants.sh --timeout 60 ch01
+# Arguments after `--` go to cargo-mutants, e.g. `-- --re 'predict\.rs'` runs a chapter in parts
+# (each part writes its own output folder, named after the arguments), `-- --list` lists the
+# mutants without testing them.
 # Not run by CI.
 set -euo pipefail
 
@@ -21,11 +24,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rev=""
 timeout=60
 chapters=()
+extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rev) rev=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) chapters+=("$1"); shift ;;
   esac
 done
@@ -58,6 +63,9 @@ for wanted in "${chapters[@]}"; do
   fi
   cp -r "$work/solutions/$chapter/src/." "$work/exercises/$chapter/src/"
   out="$root/target/mutants/$label/$chapter"
+  if [ ${#extra[@]} -gt 0 ]; then
+    out="$out/part-$(printf '%s' "${extra[*]}" | tr -c 'A-Za-z0-9_.-' '_')"
+  fi
   mkdir -p "$out"
   # Mutate the learner's files only (src/), test with the chapter's own tests.
   # The predictions' crate (src/predict.rs, since issue 40) is mutated too, and tested by the
@@ -71,7 +79,7 @@ for wanted in "${chapters[@]}"; do
   (cd "$work" && cargo mutants --in-place "${packages[@]}" --test-package "$chapter" \
       --dir "$work" --file "exercises/$chapter/src/*.rs" \
       --file "exercises/$chapter/predict/../src/*.rs" --timeout "$timeout" \
-      --output "$out" --no-shuffle >"$out/log.txt" 2>&1) || true
+      --output "$out" --no-shuffle "${extra[@]}" >"$out/log.txt" 2>&1) || true
   count() {
     if [ -f "$out/mutants.out/$1.txt" ]; then wc -l <"$out/mutants.out/$1.txt" | tr -d ' '; else echo 0; fi
   }

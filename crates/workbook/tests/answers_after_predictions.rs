@@ -257,6 +257,55 @@ fn spellings(n: u64) -> Vec<String> {
     all
 }
 
+/// The page of `chapter` as a reader sees it: each `{{#include file}}` of a text file (a
+/// walkthrough's or a bench's output, whole or by lines, `file:start:end`) replaced by the lines
+/// it shows, so that an output included outside a reveal is searched too. The code includes
+/// (`.rs`, by anchor) stay as they are: they show the stub and the given code.
+fn page_as_read(root: &Path, chapter: &str) -> String {
+    let dir = root.join("book/src");
+    let page = std::fs::read_to_string(dir.join(format!("{chapter}.md")))
+        .unwrap_or_else(|e| panic!("{chapter}'s page: {e}"));
+    let mut out = String::new();
+    for line in page.lines() {
+        let include = line
+            .trim()
+            .strip_prefix("{{#include ")
+            .and_then(|rest| rest.strip_suffix("}}"));
+        match include {
+            Some(spec) if !spec.split(':').next().unwrap_or_default().ends_with(".rs") => {
+                out.push_str(&included_lines(&dir, spec));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// The lines `spec` (`file`, `file:start:end`, `file::end` or `file:start:`, 1-based and
+/// inclusive, as mdBook reads them) includes from a file beside the pages in `dir`.
+fn included_lines(dir: &Path, spec: &str) -> String {
+    let mut parts = spec.split(':');
+    let file = parts.next().unwrap_or_default();
+    let text = std::fs::read_to_string(dir.join(file))
+        .unwrap_or_else(|e| panic!("{{{{#include {spec}}}}}: {e}"));
+    let bound = |part: Option<&str>| {
+        part.filter(|p| !p.is_empty()).map(|p| {
+            p.parse::<usize>()
+                .unwrap_or_else(|_| panic!("{{{{#include {spec}}}}}: {p:?} is not a line number"))
+        })
+    };
+    let start = bound(parts.next()).unwrap_or(1);
+    let end = bound(parts.next()).unwrap_or(usize::MAX);
+    text.lines()
+        .enumerate()
+        .filter(|(i, _)| (start..=end).contains(&(i + 1)))
+        .map(|(_, line)| format!("{line}\n"))
+        .collect()
+}
+
 /// `page` without its reveals (`<details class="wb-answer" ...>` up to its `</details>`).
 fn outside_reveals(page: &str) -> String {
     let mut out = String::new();
@@ -306,8 +355,7 @@ fn no_prediction_answer_is_stated_outside_a_reveal_or_in_a_quiz() {
     let mut leaks = Vec::new();
     for (chapter, predictions) in page_predictions() {
         let answers = distinctive_numbers(&predictions.join(" "));
-        let page_path = root.join("book/src").join(format!("{chapter}.md"));
-        let page = std::fs::read_to_string(&page_path).expect("the chapter's page");
+        let page = page_as_read(&root, chapter);
         let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
             .unwrap_or_default();
         for (what, text) in [("page", outside_reveals(&page)), ("quiz", quiz)] {
@@ -344,8 +392,7 @@ fn section<'a>(page: &'a str, heading: &str) -> &'a str {
 fn chapter_10_states_no_fix_and_no_peak_before_its_exercises() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let chapter = "ch10-out-of-memory";
-    let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
-        .expect("the chapter's page");
+    let page = page_as_read(&root, chapter);
     let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
         .expect("the chapter's quiz");
     let outside = outside_reveals(&page);
@@ -399,8 +446,7 @@ fn chapter_10_states_no_fix_and_no_peak_before_its_exercises() {
 fn chapter_14_states_no_peak_before_its_prediction() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let chapter = "ch14-after-out-of-memory";
-    let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
-        .expect("the chapter's page");
+    let page = page_as_read(&root, chapter);
     let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
         .expect("the chapter's quiz");
     let outside = outside_reveals(&page);
@@ -440,7 +486,86 @@ fn chapter_14_states_no_peak_before_its_prediction() {
     );
 }
 
-/// Chapters 12 to 15 state every answer of their "Check yourself" questions in their sections:
+/// Chapter 15 predicts what each rank keeps at 256 Ki parameters on 4 ranks: whole numbers of
+/// KiB and MiB, which the number search above skips. Each of them, and each rank's total, as the
+/// walkthrough prints them ("768.00 KiB", "1.75 MiB"), is looked for outside the reveal (its
+/// included outputs too) and in the quiz.
+#[test]
+fn chapter_15_states_no_rank_s_bytes_before_its_prediction() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let chapter = "ch15-several-gpus";
+    let outside = outside_reveals(&page_as_read(&root, chapter));
+    let quiz = std::fs::read_to_string(root.join(format!("book/quizzes/{chapter}.toml")))
+        .expect("the chapter's quiz");
+    let mut answers: Vec<u64> = [
+        ch15::Stage::Ddp,
+        ch15::Stage::Zero1,
+        ch15::Stage::Zero2,
+        ch15::Stage::Zero3,
+    ]
+    .into_iter()
+    .flat_map(|stage| {
+        let p = ch15::predict_per_rank(ch15::Training {
+            params: 256 << 10,
+            ranks: 4,
+            optimizer_bytes_per_param: 12,
+            stage,
+        });
+        [
+            p.params,
+            p.grads,
+            p.optimizer,
+            p.params + p.grads + p.optimizer,
+        ]
+    })
+    .collect();
+    answers.sort_unstable();
+    answers.dedup();
+    let spelled = |n: u64| {
+        if n >= 1 << 20 {
+            format!("{:.2} MiB", n as f64 / f64::from(1 << 20))
+        } else {
+            format!("{:.2} KiB", n as f64 / 1024.0)
+        }
+    };
+    let mut leaks = Vec::new();
+    for (what, text) in [("page", outside.as_str()), ("quiz", quiz.as_str())] {
+        for spelling in answers.iter().map(|&n| spelled(n)) {
+            for (i, line) in text.lines().enumerate() {
+                // "4.00 MiB" is in "24.00 MiB" too: only where no digit comes before it.
+                let alone = line.match_indices(&spelling).any(|(at, _)| {
+                    !line[..at]
+                        .chars()
+                        .last()
+                        .is_some_and(|c| c.is_ascii_digit() || c == '.')
+                });
+                if alone {
+                    leaks.push(format!("{what} line {}: {spelling} in {line:?}", i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "chapter 15 states what a rank keeps before the learner predicts it (move it into the \
+         <details class=\"wb-answer\"> reveal):\n{}",
+        leaks.join("\n")
+    );
+}
+
+#[test]
+fn the_page_as_read_shows_the_lines_an_include_names() {
+    let dir = std::env::temp_dir().join(format!("wb-includes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    std::fs::write(dir.join("out.txt"), "one\ntwo\nthree\nfour\n").expect("a file");
+    assert_eq!(included_lines(&dir, "out.txt:2:3"), "two\nthree\n");
+    assert_eq!(included_lines(&dir, "out.txt::2"), "one\ntwo\n");
+    assert_eq!(included_lines(&dir, "out.txt:3:"), "three\nfour\n");
+    assert_eq!(included_lines(&dir, "out.txt"), "one\ntwo\nthree\nfour\n");
+    std::fs::remove_dir_all(&dir).expect("removing the temporary folder");
+}
+
+/// Chapters 12 to 16 state every answer of their "Check yourself" questions in their sections:
 /// the questions go before the first section (the page's `<!-- check yourself -->` line), so
 /// that "Answer before you scroll on" can be done.
 #[test]
@@ -451,6 +576,7 @@ fn check_yourself_comes_before_the_sections_that_answer_it() {
         "ch13-kv-cache",
         "ch14-after-out-of-memory",
         "ch15-several-gpus",
+        "ch16-big-models",
     ] {
         let page = std::fs::read_to_string(root.join(format!("book/src/{chapter}.md")))
             .expect("the chapter's page");
@@ -614,5 +740,65 @@ fn chapter_15s_walkthrough_keeps_its_table_until_the_predictions_match() {
             !printed.contains(shown),
             "the walkthrough shows {shown:?} before the predictions match:\n{printed}"
         );
+    }
+}
+
+/// Chapter 16's walkthrough measures both of its predictions (the four loadings, a weight's five
+/// storages) but prints each table only once the learner's predictions match it: run on the
+/// stub, it says to predict first, twice.
+#[test]
+fn chapter_16s_walkthrough_keeps_its_tables_until_the_predictions_match() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let stub = std::fs::read_to_string(root.join("exercises/ch16-big-models/src/predict.rs"))
+        .expect("chapter 16's predictions");
+    if !stub.contains("todo!(") {
+        eprintln!("skipped: exercises/ch16-big-models/src/predict.rs is no longer the stub");
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "ch16-big-models",
+            "--example",
+            "walkthrough",
+        ])
+        .current_dir(&root)
+        .env("GPUMEM_DEVICE", "cpu")
+        .env_remove("WORKBOOK_ANSWERS")
+        .env_remove("GPUMEM_ALLOC_CONF")
+        .output()
+        .expect("running chapter 16's walkthrough");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    let between = |from: &str, to: &str| {
+        let start = printed
+            .find(from)
+            .unwrap_or_else(|| panic!("{from:?} in:\n{printed}"));
+        let rest = &printed[start..];
+        rest[..rest.find(to).unwrap_or(rest.len())].to_string()
+    };
+    for (table, shown) in [
+        (
+            between("== Loading", "== One weight"),
+            ["peak allocated", "BuildThenLoad", "MetaMmapAssign"],
+        ),
+        (
+            between("== One weight", "== 8 layers"),
+            ["scales", "Int8PerRow", "Int4PerGroup"],
+        ),
+    ] {
+        assert!(
+            table.contains("Predict first: `workbook check ch16`"),
+            "the walkthrough asks the learner to predict first:\n{table}"
+        );
+        for word in shown {
+            assert!(
+                !table.contains(word),
+                "the walkthrough shows {word:?} before the predictions match:\n{table}"
+            );
+        }
     }
 }

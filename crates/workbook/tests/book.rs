@@ -1,6 +1,6 @@
 //! `workbook book`: builds an mdBook, and a missing page or a broken include is a clear error.
 
-mod common;
+use crate::common;
 
 use common::FakeRepo;
 

@@ -29,7 +29,7 @@
 //! interactive view at 1280 and 390 px among them); with
 //! `WORKBOOK_CHROMEDRIVER_LOG=<file>`, chromedriver's verbose log goes to that file.
 
-mod common;
+use crate::common;
 
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder};

@@ -1,7 +1,7 @@
 //! chapter.toml: malformed files are errors naming the file and the problem; rule breaches are
 //! listed one sentence each.
 
-mod common;
+use crate::common;
 
 use common::{FakeRepo, chapter_toml};
 use workbook::course::app_state::Repo;

@@ -1,6 +1,6 @@
 //! `workbook doctor` exits 0 on a machine without a GPU and says clearly what is malformed.
 
-mod common;
+use crate::common;
 
 #[test]
 fn doctor_exits_zero_and_shows_the_smoke_test() {

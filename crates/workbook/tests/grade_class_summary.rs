@@ -6,7 +6,7 @@
 //! `--quiet`'s one line per student. On a fake workbook of one small chapter (its crate depends
 //! on nothing, so it builds in seconds).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

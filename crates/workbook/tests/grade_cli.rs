@@ -3,7 +3,7 @@
 //! command line's errors. Where the sandbox cannot run, the tests that grade are skipped with a
 //! notice, or fail under `CI=true` (`common/sandbox.rs`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use workbook::course::app_state::Repo;

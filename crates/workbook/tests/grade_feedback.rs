@@ -5,7 +5,7 @@
 //! `--hidden-visibility` chooses. On a fake workbook of one small chapter (its crate depends on
 //! nothing, so it builds in seconds).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -9,7 +9,7 @@
 //! or the container cannot run, the tests are skipped with a notice, or fail under `CI=true`
 //! (`common/sandbox.rs`).
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -66,10 +66,11 @@ fn in_the_hosted_graders_container_run_autograder_grades_in_the_landlock_tier() 
     let (output, stdout, stderr) = common::run(
         std::process::Command::new(repo_root().join("scripts/hosted-grader.sh"))
             .arg(std::env::current_exe().expect("this test executable"))
-            .args([
-                "--exact",
+            .arg("--exact")
+            .arg(common::test_name(
+                module_path!(),
                 "in_the_hosted_graders_container_run_autograder_grades_in_the_landlock_tier",
-            ])
+            ))
             .env("CARGO_NET_OFFLINE", "true"),
     );
     assert!(output.status.success(), "{stdout}\n{stderr}");

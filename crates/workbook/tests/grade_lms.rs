@@ -5,7 +5,7 @@
 //! is not a grade file of ours is refused and left as it was. On a fake workbook of two small
 //! chapters (their crates depend on nothing, so they build in seconds).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

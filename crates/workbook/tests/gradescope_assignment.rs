@@ -5,7 +5,7 @@
 //! Gradescope's and run there (every test in the sandbox), as `grade_gradescope.rs` does; where
 //! the sandbox cannot run, the test is skipped with a notice, or fails under `CI=true`.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;

@@ -4,7 +4,7 @@
 //! not wholly translated. Needs GNU gettext's `msgmerge` and `msginit` (skipped without them,
 //! except under `CI=true`).
 
-mod common;
+use crate::common;
 
 use common::FakeRepo;
 use polib::catalog::Catalog;

@@ -2,7 +2,7 @@
 //! that get more explicit and are remembered, solutions shown only once earned (or forced),
 //! `reset` with its backup and its refusal, a corrupt state file, and `start --no-serve`.
 
-mod common;
+use crate::common;
 
 use common::{FakeRepo, chapter_toml};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -3,7 +3,7 @@
 //! in it, `solution` says the solutions come from the instructor, and the export never writes over
 //! files or hands out stubs that are the solutions.
 
-mod common;
+use crate::common;
 
 use common::{FakeRepo, chapter_toml};
 use std::path::{Path, PathBuf};

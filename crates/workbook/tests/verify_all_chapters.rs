@@ -1,7 +1,7 @@
 //! `cargo test -p workbook` runs `workbook verify` over the real repository: every chapter's tests
 //! fail on the stubs, pass on the solutions, and match chapter.toml.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `workbook verify` on throwaway workbooks: a sound chapter passes, every kind of breach is
 //! reported with the test it concerns, and the shipped files are never touched.
 
-mod common;
+use crate::common;
 
 use common::{FakeRepo, chapter_toml};
 

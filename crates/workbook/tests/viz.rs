@@ -2,7 +2,7 @@
 //! `workbook pictures` makes and checks the pictures of the chapters whose walkthrough can write a
 //! snapshot.
 
-mod common;
+use crate::common;
 
 use common::FakeRepo;
 

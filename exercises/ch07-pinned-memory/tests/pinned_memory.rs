@@ -420,6 +420,48 @@ fn pipeline_fills_the_next_batch_before_handing_over_the_current_one() {
 }
 
 #[test]
+fn pipeline_fills_the_staging_buffer_whose_copy_has_finished() {
+    // Where each fill writes. Batch i's copy is still in flight while batch i + 1 is filled (on
+    // these late streams it has not even run), so batch i + 1 must go into the other buffer: the
+    // one of batch i - 1, whose copy was waited for before batch i - 1 was consumed. Filling batch
+    // i's own buffer would have to wait for its copy first (PinnedBuffer does; without that wait,
+    // as with a raw pinned pointer in CUDA, batch i would reach the device as batch i + 1), and
+    // the copy would no longer overlap the fill.
+    let dev = late_device();
+    let filled_into = RefCell::new(Vec::new());
+    pipeline(
+        &dev,
+        6,
+        1000,
+        |i, staging| {
+            staging.fill(i as f32);
+            filled_into.borrow_mut().push(staging.as_ptr());
+        },
+        |_, _| Ok(()),
+    )
+    .expect("pipeline");
+    let filled_into = filled_into.into_inner();
+    assert_eq!(filled_into.len(), 6, "one fill per batch");
+    for i in 1..filled_into.len() {
+        assert!(
+            !std::ptr::eq(filled_into[i], filled_into[i - 1]),
+            "batch {i} was filled into the staging buffer of batch {}, whose copy was still in \
+             flight: batch i uses staging buffer i % 2, so the next batch always goes into the \
+             other one",
+            i - 1
+        );
+    }
+    for i in 2..filled_into.len() {
+        assert!(
+            std::ptr::eq(filled_into[i], filled_into[i - 2]),
+            "batch {i} was not filled into the staging buffer of batch {}: the two staging \
+             buffers are used in turn (batch i uses staging buffer i % 2)",
+            i - 2
+        );
+    }
+}
+
+#[test]
 fn pipeline_reuses_two_pinned_staging_buffers_for_every_batch() {
     let dev = late_device();
     let ignore = |_: usize, _: gpumem::Buffer<f32>| Ok(());

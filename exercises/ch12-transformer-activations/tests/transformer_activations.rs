@@ -190,8 +190,11 @@ fn the_layer_built_as_the_paper_counts_measures_the_formula_exactly() {
 
 // ---- predict ----
 
+/// The rule every prediction is checked against.
+const SAVED_RULE: &str = "the paper's terms, each its own 512-byte block; the s × s terms gone when \
+     the core is checkpointed or fused; a fused core's f32 logsumexp; kept LayerNorm statistics";
+
 fn check_predictions(sh: Shape) {
-    let dev = gpumem::testing::device();
     // The page's shape, then one drawn on this run: a copied number passes one case at most.
     let mut draw = gpumem::testing::Draw::from_env();
     let a = draw.pick(&[1, 2, 4]);
@@ -201,7 +204,13 @@ fn check_predictions(sh: Shape) {
         a * draw.pick(&[8, 10, 16]),
         a,
     );
-    for sh in [sh, drawn] {
+    compare_predictions(&[sh, drawn], SAVED_RULE);
+}
+
+/// Compares `predict_saved` with the allocator for each plan at each of `shapes`.
+fn compare_predictions(shapes: &[Shape], rule: &str) {
+    let dev = gpumem::testing::device();
+    for &sh in shapes {
         let predicted: Vec<u64> = plans()
             .iter()
             .map(|(_, plan)| predict_saved(sh, &plan_of(plan)))
@@ -210,11 +219,7 @@ fn check_predictions(sh: Shape) {
         let mut prediction = Prediction::new(format!("your predictions for {sh}"));
         for ((what, plan), predicted) in plans().into_iter().zip(predicted) {
             let measured = reference_bytes(&dev, &layer, sh, &plan);
-            prediction = prediction.bytes(what, predicted, measured).rule(
-                "the paper's terms, each its own 512-byte block; the s × s terms gone when the \
-                 core is checkpointed or fused; a fused core's f32 logsumexp; kept LayerNorm \
-                 statistics",
-            );
+            prediction = prediction.bytes(what, predicted, measured).rule(rule);
         }
         prediction.check();
     }
@@ -232,6 +237,23 @@ fn predict_saved_matches_the_allocator_where_blocks_round_up() {
     seeded(|| {
         // s·b = 24 rows: 96-byte statistics and 1920-byte activations, each in a rounded block.
         check_predictions(shape(24, 1, 40, 4));
+    })
+}
+
+#[test]
+fn predict_saved_matches_the_allocator_where_padding_and_statistics_cross_a_block() {
+    seeded(|| {
+        // At b = 3 and a = 4 each logsumexp position is 48 bytes, and s from 65 to 85 pads up to
+        // 96: at least 11 positions (528 bytes) more, so the padded logsumexp takes another block.
+        // s·b from 195 to 255 rows make each f32 statistic 780 to 1020 bytes, two blocks, where
+        // 2-byte statistics, or s values without b, fit one.
+        let mut draw = gpumem::testing::Draw::from_env();
+        let sh = shape(64 + draw.range(1, 21), 3, 4 * draw.pick(&[8, 10, 16]), 4);
+        compare_predictions(
+            &[sh],
+            "the memory-efficient core pads each head's logsumexp to a multiple of 32 positions, \
+             4 bytes each; each LayerNorm keeps an f32 mean and rstd for each of the s·b rows",
+        );
     })
 }
 

@@ -516,6 +516,26 @@ fn triage_snapshot_follows_the_order_of_the_rules_at_the_edges() {
         &crowded_short,
         Lever::HoldLess,
     );
+    // A cap far above what is reserved, and the device's own free memory short of the request:
+    // raising the cap would not help, so it is not the cap.
+    let capped_device_full = OomState {
+        allowed: Some(200 * MIB),
+        ..crowded.clone()
+    };
+    check(
+        "a cap, the device 32 MiB short, another process holding 32 MiB",
+        &capped_device_full,
+        Lever::AnotherProcess,
+    );
+    let capped_device_full_short = OomState {
+        allowed: Some(200 * MIB),
+        ..crowded_short.clone()
+    };
+    check(
+        "a cap, the device 32 MiB short, another process holding 31 MiB",
+        &capped_device_full_short,
+        Lever::HoldLess,
+    );
     // A request of 1 MiB is served by the small pool only: two free pieces of 768 KiB there and
     // no room hold it (the pieces, not the large pool's 30 MiB free block).
     let piece = |owner| Block {

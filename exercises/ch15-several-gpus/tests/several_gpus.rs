@@ -186,6 +186,47 @@ fn fsdp_step_matches_adam_on_the_averaged_gradient() {
 }
 
 #[test]
+fn fsdp_step_leaves_each_rank_the_gradient_averaged_over_the_ranks() {
+    // Adam hardly changes its step when every gradient is N times larger (it divides by the
+    // gradient's own size), so the parameters cannot tell a sum from a mean: the gradient can.
+    gpumem::testing::seeded(|| {
+        let mut draw = Draw::from_env();
+        let (world, params) = drawn_model(&mut draw);
+        let group = gpumem::testing::devices(world);
+        let mut ranks = shard_model(&group, &params).expect("shard_model");
+        let batches = drawn_batches(&mut draw, world, params.len());
+        // The gradient of ½‖p − b‖² is p − b; averaged over the ranks.
+        let mean: Vec<f64> = (0..params.len())
+            .map(|i| {
+                batches
+                    .iter()
+                    .map(|b| f64::from(params[i] - b[i]))
+                    .sum::<f64>()
+                    / world as f64
+            })
+            .collect();
+        fsdp_step(&group, &mut ranks, &batches).expect("fsdp_step");
+        let got: Vec<f64> = ranks
+            .iter()
+            .flat_map(|r| {
+                let grad = r.shard.grad().expect("a gradient after the step");
+                grad.to_vec().unwrap()
+            })
+            .map(f64::from)
+            .collect();
+        gpumem::testing::assert_close(
+            &format!(
+                "the ranks' gradients, in rank order: the sum of the {world} ranks' gradients \
+                 divided by {world}"
+            ),
+            &got,
+            &mean,
+            1e-5,
+        );
+    })
+}
+
+#[test]
 fn fsdp_step_leaves_each_rank_its_shard_its_gradient_and_adams_state() {
     gpumem::testing::seeded(|| {
         let mut draw = Draw::from_env();

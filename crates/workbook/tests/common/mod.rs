@@ -212,3 +212,13 @@ pub fn skip_without_podman() -> bool {
 pub fn in_hosted_grader() -> bool {
     std::env::var_os("WORKBOOK_IN_HOSTED_GRADER").is_some()
 }
+
+/// The name the test harness gives the test `function` of the module `module_path` (pass
+/// `module_path!()`): the module's path less the crate's name, then the function, as
+/// `--exact` wants it (`grade_gradescope::in_the_...` in `tests/integration.rs`'s executable).
+pub fn test_name(module_path: &str, function: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{function}"),
+        None => function.to_string(),
+    }
+}
