@@ -26,11 +26,11 @@
 //! cannot leave it), and, as root, every process of its uid (`kill(-1, SIGKILL)` run as that uid)
 //! before the grader reads its output and log.
 //!
-//! The harness's log is the same gate as bubblewrap's ([`super::sandbox::LogGate`]): a file the
+//! The harness's log is the same gate as bubblewrap's ([`super::confinement::LogGate`]): a file the
 //! harness opens before any of the learner's code runs, whose name the grader then moves out of
 //! the folder that the Landlock rules let the test write, and removes.
 
-use super::sandbox::LogGate;
+use super::confinement::{LogGate, test_env};
 use anyhow::{Context, Result, bail};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
@@ -294,7 +294,7 @@ impl Landlocked {
             argv.push(c(log_path.as_os_str())?);
         }
         let scratch_text = scratch.0.to_string_lossy().into_owned();
-        let mut env = super::sandbox::test_env(&scratch_text, self.cuda);
+        let mut env = test_env(&scratch_text, self.cuda);
         for (key, value) in extra_env {
             let value = if key == "CARGO_MANIFEST_DIR" {
                 scratch_text.clone()
@@ -635,110 +635,6 @@ fn tasks_of(uid: Uid) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::runner::{RunOptions, TestCase, Verdict, run_test};
-    use crate::run::sandbox::{Sandbox, needs_sandbox};
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    const GRADER: &str = "GPUMEM_PROBE_GRADER";
-    const OUTSIDE: &str = "GPUMEM_PROBE_OUTSIDE";
-
-    /// Runs [`probe`] (this very test executable) confined, as the grader runs a test.
-    #[test]
-    fn a_confined_test_cannot_reopen_its_log_write_outside_its_scratch_or_reach_out() {
-        let landlocked = match Landlocked::detect() {
-            Ok(landlocked) => landlocked,
-            Err(e) => {
-                needs_sandbox::unavailable(&format!("{e:#}"));
-                return;
-            }
-        };
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let outside = dir.path().join("outside");
-        std::fs::create_dir(&outside).unwrap();
-        std::fs::write(outside.join("keep"), "kept").unwrap();
-        let case = TestCase {
-            target: "workbook".into(),
-            binary: std::env::current_exe().expect("this test executable"),
-            name: "run::landlocked::tests::probe".into(),
-        };
-        let options = RunOptions {
-            timeout: Duration::from_secs(60),
-            env: vec![
-                (GRADER.into(), std::process::id().to_string()),
-                (OUTSIDE.into(), outside.display().to_string()),
-            ],
-            sandbox: Some(Arc::new(Sandbox::Landlock(landlocked))),
-            ..RunOptions::default()
-        };
-        let outcome = run_test(&case, &options).expect("the probe runs");
-        assert_eq!(
-            outcome.verdict,
-            Verdict::Passed,
-            "{}\n{}\n{}",
-            outcome.message,
-            outcome.stdout,
-            outcome.stderr
-        );
-        assert_eq!(
-            std::fs::read_to_string(outside.join("keep")).unwrap(),
-            "kept"
-        );
-        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
-    }
-
-    /// What a confined test process can do; run there by the test above (and does nothing
-    /// elsewhere).
-    #[test]
-    #[ignore = "run confined by a_confined_test_cannot_reopen_its_log_..."]
-    fn probe() {
-        let Ok(grader) = std::env::var(GRADER) else {
-            return;
-        };
-        let name = "run::landlocked::tests::probe";
-        // Every descriptor, the harness's log among them, through /proc and /dev/fd: none may be
-        // opened again for writing.
-        for fd in 0..64 {
-            for path in [format!("/proc/self/fd/{fd}"), format!("/dev/fd/{fd}")] {
-                let opened = std::fs::OpenOptions::new().append(true).open(&path);
-                if let Ok(mut file) = opened {
-                    use std::io::Write;
-                    let _ = writeln!(file, "ok {name}");
-                    // stdout and stderr are pipes the grader reads: those may be written.
-                    assert!(fd <= 2, "reopened {path} for writing");
-                }
-            }
-        }
-        // /proc is not readable, the grader cannot be signalled.
-        assert!(std::fs::read_to_string("/proc/self/status").is_err());
-        assert!(std::fs::read_to_string(format!("/proc/{grader}/cmdline")).is_err());
-        let grader: i32 = grader.parse().unwrap();
-        // SAFETY: signal 0 only asks whether the process may be signalled.
-        let signalled = unsafe { libc::kill(grader, 0) };
-        assert_eq!(signalled, -1, "the grader can be signalled");
-        // Writes go to the scratch folder and nowhere else; nothing outside can be removed.
-        let scratch = std::env::var("TMPDIR").unwrap();
-        std::fs::write(Path::new(&scratch).join("mine"), "x").expect("the scratch folder");
-        let outside = std::env::var(OUTSIDE).unwrap();
-        for dir in ["/tmp", "/dev/shm", "/", outside.as_str()] {
-            let path = Path::new(dir).join("escaped");
-            assert!(
-                std::fs::write(&path, "x").is_err(),
-                "wrote {}",
-                path.display()
-            );
-        }
-        assert!(std::fs::remove_file(Path::new(&outside).join("keep")).is_err());
-        assert!(std::fs::read_dir("/").is_err());
-        // No sockets, no namespaces, no new session.
-        assert!(std::net::UdpSocket::bind("127.0.0.1:0").is_err());
-        assert!(std::net::TcpStream::connect("127.0.0.1:9").is_err());
-        // SAFETY: these only ask the kernel, and fail.
-        unsafe {
-            assert_eq!(libc::unshare(libc::CLONE_NEWUSER), -1);
-            assert_eq!(libc::setsid(), -1);
-        }
-    }
 
     #[test]
     fn uid_ranges_are_read_or_refused() {
