@@ -604,36 +604,38 @@ fn the_search_finds_grouped_numbers_and_skips_revealed_ones() {
     assert!(found_at("11536 and 15360", 1536).is_empty());
     assert_eq!(found_at("peak 968.5 KiB here", 991_744).len(), 1);
 }
-
-/// Chapter 10's walkthrough measures every fix but prints the table (exercise 4's answer) only
-/// once the learner's predictions match it: run on the stub, it says to predict first.
-#[test]
-fn chapter_10s_walkthrough_keeps_its_fixes_until_the_predictions_match() {
+/// What `chapter`'s walkthrough prints on `cpu`, run from the repository (`cargo run --example
+/// walkthrough`) while its predictions are still the stub's; `None`, with a notice, once
+/// `src/predict.rs` is no longer the stub (a learner's repository).
+fn stub_walkthrough(chapter: &str) -> Option<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let stub = std::fs::read_to_string(root.join("exercises/ch10-out-of-memory/src/predict.rs"))
-        .expect("chapter 10's predictions");
+    let predict = format!("exercises/{chapter}/src/predict.rs");
+    let stub = std::fs::read_to_string(root.join(&predict)).expect("the chapter's predictions");
     if !stub.contains("todo!(") {
-        eprintln!("skipped: exercises/ch10-out-of-memory/src/predict.rs is no longer the stub");
-        return;
+        eprintln!("skipped: {predict} is no longer the stub");
+        return None;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = std::process::Command::new(cargo)
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "ch10-out-of-memory",
-            "--example",
-            "walkthrough",
-        ])
+        .args(["run", "--quiet", "-p", chapter, "--example", "walkthrough"])
         .current_dir(&root)
         .env("GPUMEM_DEVICE", "cpu")
         .env_remove("WORKBOOK_ANSWERS")
         .env_remove("GPUMEM_ALLOC_CONF")
         .output()
-        .expect("running chapter 10's walkthrough");
-    let printed = String::from_utf8_lossy(&output.stdout);
+        .unwrap_or_else(|e| panic!("running {chapter}'s walkthrough: {e}"));
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "the walkthrough failed: {printed}");
+    Some(printed)
+}
+
+/// Chapter 10's walkthrough measures every fix but prints the table (exercise 4's answer) only
+/// once the learner's predictions match it: run on the stub, it says to predict first.
+#[test]
+fn chapter_10s_walkthrough_keeps_its_fixes_until_the_predictions_match() {
+    let Some(printed) = stub_walkthrough("ch10-out-of-memory") else {
+        return;
+    };
     let fixes = section(&printed, "== Each fix, measured ==");
     assert!(
         fixes.contains("Predict first: `workbook check ch10`"),
@@ -656,34 +658,9 @@ fn chapter_10s_walkthrough_keeps_its_fixes_until_the_predictions_match() {
 /// first.
 #[test]
 fn chapter_14s_walkthrough_keeps_its_costs_until_the_predictions_match() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let stub =
-        std::fs::read_to_string(root.join("exercises/ch14-after-out-of-memory/src/predict.rs"))
-            .expect("chapter 14's predictions");
-    if !stub.contains("todo!(") {
-        eprintln!(
-            "skipped: exercises/ch14-after-out-of-memory/src/predict.rs is no longer the stub"
-        );
+    let Some(printed) = stub_walkthrough("ch14-after-out-of-memory") else {
         return;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = std::process::Command::new(cargo)
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "ch14-after-out-of-memory",
-            "--example",
-            "walkthrough",
-        ])
-        .current_dir(&root)
-        .env("GPUMEM_DEVICE", "cpu")
-        .env_remove("WORKBOOK_ANSWERS")
-        .env_remove("GPUMEM_ALLOC_CONF")
-        .output()
-        .expect("running chapter 14's walkthrough");
-    let printed = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    };
     let costs = section(
         &printed,
         "== What empty_cache() costs the steps after it (3 steps each) ==",
@@ -705,31 +682,9 @@ fn chapter_14s_walkthrough_keeps_its_costs_until_the_predictions_match() {
 /// run on the stub, it says to predict first.
 #[test]
 fn chapter_15s_walkthrough_keeps_its_table_until_the_predictions_match() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let stub = std::fs::read_to_string(root.join("exercises/ch15-several-gpus/src/predict.rs"))
-        .expect("chapter 15's predictions");
-    if !stub.contains("todo!(") {
-        eprintln!("skipped: exercises/ch15-several-gpus/src/predict.rs is no longer the stub");
+    let Some(printed) = stub_walkthrough("ch15-several-gpus") else {
         return;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = std::process::Command::new(cargo)
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "ch15-several-gpus",
-            "--example",
-            "walkthrough",
-        ])
-        .current_dir(&root)
-        .env("GPUMEM_DEVICE", "cpu")
-        .env_remove("WORKBOOK_ANSWERS")
-        .env_remove("GPUMEM_ALLOC_CONF")
-        .output()
-        .expect("running chapter 15's walkthrough");
-    let printed = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    };
     let table = section(&printed, "== What each rank keeps");
     assert!(
         table.contains("Predict first: `workbook check ch15`"),
@@ -748,31 +703,9 @@ fn chapter_15s_walkthrough_keeps_its_table_until_the_predictions_match() {
 /// stub, it says to predict first, twice.
 #[test]
 fn chapter_16s_walkthrough_keeps_its_tables_until_the_predictions_match() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let stub = std::fs::read_to_string(root.join("exercises/ch16-big-models/src/predict.rs"))
-        .expect("chapter 16's predictions");
-    if !stub.contains("todo!(") {
-        eprintln!("skipped: exercises/ch16-big-models/src/predict.rs is no longer the stub");
+    let Some(printed) = stub_walkthrough("ch16-big-models") else {
         return;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = std::process::Command::new(cargo)
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "ch16-big-models",
-            "--example",
-            "walkthrough",
-        ])
-        .current_dir(&root)
-        .env("GPUMEM_DEVICE", "cpu")
-        .env_remove("WORKBOOK_ANSWERS")
-        .env_remove("GPUMEM_ALLOC_CONF")
-        .output()
-        .expect("running chapter 16's walkthrough");
-    let printed = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the walkthrough failed: {printed}");
+    };
     let between = |from: &str, to: &str| {
         let start = printed
             .find(from)
