@@ -423,6 +423,19 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    /// Runs a probe as the grader runs a test, and fails unless it passed, with what it printed.
+    fn assert_probe_passes(case: &TestCase, options: &RunOptions) {
+        let outcome = run_test(case, options).expect("the probe runs");
+        assert_eq!(
+            outcome.verdict,
+            Verdict::Passed,
+            "{}\n{}\n{}",
+            outcome.message,
+            outcome.stdout,
+            outcome.stderr
+        );
+    }
+
     const GRADER: &str = "WORKBOOK_PROBE_GRADER";
     const PORT: &str = "WORKBOOK_PROBE_PORT";
     const OUTSIDE: &str = "WORKBOOK_PROBE_OUTSIDE";
@@ -459,15 +472,7 @@ mod tests {
             sandbox: Some(Arc::new(sandbox)),
             ..RunOptions::default()
         };
-        let outcome = run_test(&case, &options).expect("the probe runs");
-        assert_eq!(
-            outcome.verdict,
-            Verdict::Passed,
-            "{}\n{}\n{}",
-            outcome.message,
-            outcome.stdout,
-            outcome.stderr
-        );
+        assert_probe_passes(&case, &options);
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
 
         // The probe can fail: PID 1 is the sandbox's own first process, which it does see.
@@ -576,15 +581,7 @@ mod tests {
             sandbox: Some(Arc::new(Sandbox::Landlock(landlocked))),
             ..RunOptions::default()
         };
-        let outcome = run_test(&case, &options).expect("the probe runs");
-        assert_eq!(
-            outcome.verdict,
-            Verdict::Passed,
-            "{}\n{}\n{}",
-            outcome.message,
-            outcome.stdout,
-            outcome.stderr
-        );
+        assert_probe_passes(&case, &options);
         assert_eq!(
             std::fs::read_to_string(outside.join("keep")).unwrap(),
             "kept"
