@@ -10,8 +10,8 @@
 //! (`common/sandbox.rs`).
 
 use crate::common;
+use crate::common::gradescope::{run_autograder, share_build_folder, unpack};
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use workbook::grade::report;
@@ -130,19 +130,7 @@ fn autograde(dir: &Path, autograder: &Path) -> serde_json::Value {
     }
     share_build_folder(&source);
 
-    let (output, stdout, stderr) = common::run(
-        std::process::Command::new("bash")
-            .arg(source.join("run_autograder"))
-            .env("AUTOGRADER_ROOT", autograder)
-            .env("WORKBOOK_BIN", env!("CARGO_BIN_EXE_workbook"))
-            .env_remove("GPUMEM_DEVICE")
-            .env_remove("GPUMEM_CPU_CAPACITY"),
-    );
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let results: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(autograder.join("results/results.json")).expect("results.json"),
-    )
-    .expect("results.json parses");
+    let results = run_autograder(autograder, "the submission");
     // ch01 21 points, ch02 28 + the hidden tests' 4; the other chapters not submitted.
     assert_eq!(results["score"].as_u64(), Some(21 + 28 + 4), "{results}");
     let tests = results["tests"].as_array().expect("tests");
@@ -167,36 +155,6 @@ fn autograde(dir: &Path, autograder: &Path) -> serde_json::Value {
     );
     assert!(!autograder.join("results/results.json.partial").exists());
     results
-}
-
-/// Unpacks the zip `zip_path` into `dest` as Gradescope unpacks an autograder into
-/// `/autograder/source` (with each file's mode), and returns the names it held.
-fn unpack(zip_path: &Path, dest: &Path) -> Vec<String> {
-    let mut zip = zip::ZipArchive::new(std::fs::File::open(zip_path).unwrap()).unwrap();
-    let mut names = Vec::new();
-    for i in 0..zip.len() {
-        let mut entry = zip.by_index(i).unwrap();
-        let name = entry.enclosed_name().expect("a relative name");
-        names.push(name.display().to_string());
-        let path = dest.join(&name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).unwrap();
-        std::fs::write(&path, bytes).unwrap();
-        if let Some(mode) = entry.unix_mode() {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o777)).unwrap();
-        }
-    }
-    names
-}
-
-/// Points the package's scratch builds at this repository's build folder, so that they reuse
-/// what `cargo test` built (on Gradescope, setup.sh fills the package's own).
-fn share_build_folder(source: &Path) {
-    let shared = repo_root().join("target/workbook/target");
-    std::fs::create_dir_all(&shared).unwrap();
-    std::fs::create_dir_all(source.join("target/workbook")).unwrap();
-    std::os::unix::fs::symlink(&shared, source.join("target/workbook/target")).unwrap();
 }
 
 // --- A class of six, from the student edition -----------------------------------------------
@@ -474,20 +432,7 @@ fn the_class_on_chapter_1s_assignment(dir: &Path, autograder: &Path) {
                 "exercises/"
             }
         };
-        let (output, stdout, stderr) = common::run(
-            std::process::Command::new("bash")
-                .arg(source.join("run_autograder"))
-                .env("AUTOGRADER_ROOT", autograder)
-                .env("WORKBOOK_BIN", env!("CARGO_BIN_EXE_workbook"))
-                .env_remove("GPUMEM_DEVICE")
-                .env_remove("GPUMEM_CPU_CAPACITY"),
-        );
-        assert!(output.status.success(), "{student}: {stdout}\n{stderr}");
-        let results: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(autograder.join("results/results.json"))
-                .expect("results.json"),
-        )
-        .expect("results.json parses");
+        let results = run_autograder(autograder, student);
         assert_eq!(
             (results["score"].as_u64(), results["max_score"].as_u64()),
             (Some(ch01), Some(21)),

@@ -6,9 +6,8 @@
 //! the sandbox cannot run, the test is skipped with a notice, or fails under `CI=true`.
 
 use crate::common;
+use crate::common::gradescope::{run_autograder, share_build_folder, unpack};
 
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 fn repo_root() -> PathBuf {
@@ -31,45 +30,9 @@ fn unpack_assignment(dir: &Path, autograder: &Path) -> Vec<String> {
     );
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let source = autograder.join("source");
-    let mut zip = zip::ZipArchive::new(std::fs::File::open(&zip_path).unwrap()).unwrap();
-    let mut names = Vec::new();
-    for i in 0..zip.len() {
-        let mut entry = zip.by_index(i).unwrap();
-        let name = entry.enclosed_name().expect("a relative name");
-        names.push(name.display().to_string());
-        let path = source.join(&name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).unwrap();
-        std::fs::write(&path, bytes).unwrap();
-        if let Some(mode) = entry.unix_mode() {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o777)).unwrap();
-        }
-    }
-    // The scratch builds reuse this repository's build folder (setup.sh would have filled the
-    // package's own).
-    let shared = repo_root().join("target/workbook/target");
-    std::fs::create_dir_all(&shared).unwrap();
-    std::fs::create_dir_all(source.join("target/workbook")).unwrap();
-    std::os::unix::fs::symlink(&shared, source.join("target/workbook/target")).unwrap();
+    let names = unpack(&zip_path, &source);
+    share_build_folder(&source);
     names
-}
-
-/// Runs the package's `run_autograder` on `autograder/submission` and returns results.json.
-fn run_autograder(autograder: &Path) -> serde_json::Value {
-    let results = autograder.join("results/results.json");
-    let _ = std::fs::remove_file(&results);
-    let (output, stdout, stderr) = common::run(
-        std::process::Command::new("bash")
-            .arg(autograder.join("source/run_autograder"))
-            .env("AUTOGRADER_ROOT", autograder)
-            .env("WORKBOOK_BIN", env!("CARGO_BIN_EXE_workbook"))
-            .env_remove("GPUMEM_DEVICE")
-            .env_remove("GPUMEM_CPU_CAPACITY"),
-    );
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    serde_json::from_str(&std::fs::read_to_string(&results).expect("results.json"))
-        .expect("results.json parses")
 }
 
 #[test]
@@ -99,7 +62,7 @@ fn a_chapter_s_assignment_grades_a_tar_gz_upload_and_explains_loose_files() {
         submission.join("lib.rs"),
     )
     .unwrap();
-    let results = run_autograder(&autograder);
+    let results = run_autograder(&autograder, "the upload");
     assert_eq!(results["score"].as_u64(), Some(0), "{results}");
     let output = results["output"].as_str().unwrap();
     assert!(
@@ -126,7 +89,7 @@ fn a_chapter_s_assignment_grades_a_tar_gz_upload_and_explains_loose_files() {
     )
     .unwrap();
     tar.into_inner().unwrap().finish().unwrap();
-    let results = run_autograder(&autograder);
+    let results = run_autograder(&autograder, "the upload");
     // Chapter 1 alone, out of its 21 points: no other chapter is graded.
     assert_eq!(results["score"].as_u64(), Some(21), "{results}");
     let tests = results["tests"].as_array().expect("tests");
